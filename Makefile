@@ -1,0 +1,67 @@
+# One entry point per job. Every target installs what it needs into .venv itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+VARIANT ?= fixed
+BACKEND ?=
+PORT ?= 8091
+DEVICE ?= cpu
+A ?= original
+B ?= fixed
+ROUNDS ?= 3
+AA_ROUNDS ?= 1
+SCENARIO ?= configs/scenarios/ab-default.yaml
+SIM_CONFIG ?= configs/sim/default.yaml
+QUICK ?=
+RESUME ?=
+DRY_RUN ?=
+
+.PHONY: help venv test lint micro serve ab demo report test-engine clean
+
+help:
+	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
+	@echo "make test      all tests (creates .venv)"
+	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
+	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
+	@echo "make ab        A=original B=fixed BACKEND=sim|vllm ROUNDS=3 SCENARIO=... [RESUME=reports/<run>]"
+	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip==25.3
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+micro: $(STAMP)
+	$(PY) -m tts_predictor.micro --device $(DEVICE) $(if $(QUICK),--quick,)
+
+serve: $(STAMP)
+	$(PY) -m ttssim.launch --variant $(VARIANT) --port $(PORT) --device $(DEVICE) --config $(SIM_CONFIG) \
+		$(if $(BACKEND),--backend $(BACKEND),) $(if $(DRY_RUN),--dry-run,)
+
+ab: $(STAMP)
+	$(PY) -m loadtest.ab --a $(A) --b $(B) --backend $(or $(BACKEND),sim) --rounds $(ROUNDS) --aa-rounds $(AA_ROUNDS) \
+		--scenario $(SCENARIO) --sim-config $(SIM_CONFIG) $(if $(RESUME),--resume $(RESUME),)
+
+demo: $(STAMP)
+	$(PY) -m loadtest.ab --demo
+
+report: $(STAMP)
+	$(PY) -m ttsreport $(RUN)
+
+test-engine: $(STAMP)
+	bash tests/engine/run.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
