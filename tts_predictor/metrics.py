@@ -1,0 +1,110 @@
+"""Names and help texts of every server-side metric: the one place they are defined.
+
+The simulator and the vLLM plugin both register these (via `make_predictor_metrics`), the scraper and the
+statistics read them by these names, and the Grafana dashboards query them.
+prometheus_client is imported lazily so the package itself needs only torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- predictor (both backends) -------------------------------------------------------------------------------
+CALLS = "tts_predictor_build_attn_metadata_calls_total"
+SECONDS = "tts_predictor_build_attn_metadata_seconds"
+SYNCS = "tts_predictor_device_syncs_total"
+OBSERVED_CALLS = "tts_predictor_sync_observed_calls_total"
+OBSERVED_TOKENS = "tts_predictor_sync_observed_tokens_total"
+TOKENS = "tts_predictor_tokens_total"
+REQUESTS = "tts_predictor_batch_requests_total"
+INFO = "tts_predictor_info"
+
+# --- engine (simulator; on vllm-omni the talker step count is derived from prefill calls) ---------------------
+STEPS = "tts_engine_steps_total"
+STEP_SECONDS = "tts_engine_step_seconds"
+BATCH_SIZE = "tts_engine_batch_size"
+RUNNING = "tts_engine_running_requests"
+WAITING = "tts_engine_waiting_requests"
+FRAMES = "tts_engine_frames_total"
+ENGINE_REQUESTS = "tts_engine_requests_total"
+
+HELP = {
+    CALLS: "Calls of the code predictor's build_attn_metadata (15 per talker step: 1 prefill + 14 decodes).",
+    SECONDS: "Host wall time of build_attn_metadata per call, seconds.",
+    SYNCS: "GPU synchronisations observed inside build_attn_metadata (sync observer; only on sampled calls, "
+    "see tts_predictor_sync_observed_calls_total; syncs per call = ratio of the two).",
+    OBSERVED_CALLS: "Calls of build_attn_metadata that ran under the sync observer (the sample behind device_syncs).",
+    OBSERVED_TOKENS: "Query tokens of the calls that ran under the sync observer (to check original's T+4 exactly).",
+    TOKENS: "Query tokens laid out by build_attn_metadata (T summed over calls).",
+    REQUESTS: "Requests in the batch, summed over build_attn_metadata calls (mean batch = this / calls).",
+    INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
+    STEPS: "Talker steps executed by the engine (one 12 Hz codec frame for every running request).",
+    STEP_SECONDS: "Wall time of one engine step, seconds (simulated model time + real variant time).",
+    BATCH_SIZE: "Requests advanced per engine step.",
+    RUNNING: "Requests currently in the running batch.",
+    WAITING: "Requests admitted but waiting for a batch slot.",
+    FRAMES: "Codec frames produced (12 per second of audio).",
+    ENGINE_REQUESTS: "Speech requests finished by the engine, by outcome.",
+}
+
+# Histogram buckets: µs-scale for the predictor call, ms-scale for the step.
+SECONDS_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
+STEP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class PredictorMetrics:
+    calls: object
+    seconds: object
+    syncs: object
+    observed_calls: object
+    observed_tokens: object
+    tokens: object
+    requests: object
+    info: object
+
+
+def make_predictor_metrics(registry=None) -> PredictorMetrics:
+    """Create the predictor metrics on `registry` (default: prometheus_client's global one)."""
+    from prometheus_client import REGISTRY, Counter, Histogram, Info
+
+    reg = REGISTRY if registry is None else registry
+
+    def counter(name):  # prometheus_client appends _total itself
+        return Counter(name.removesuffix("_total"), HELP[name], ["variant"], registry=reg)
+
+    return PredictorMetrics(
+        calls=counter(CALLS),
+        seconds=Histogram(SECONDS, HELP[SECONDS], ["variant"], buckets=SECONDS_BUCKETS, registry=reg),
+        syncs=counter(SYNCS),
+        observed_calls=counter(OBSERVED_CALLS),
+        observed_tokens=counter(OBSERVED_TOKENS),
+        tokens=counter(TOKENS),
+        requests=counter(REQUESTS),
+        info=Info(INFO.removesuffix("_info"), HELP[INFO], registry=reg),
+    )
+
+
+def syncs_per_call(variant: str, num_tokens: int) -> int:
+    """The closed form every variant must show (design.md): original T+4, fixed 5, vectorized 0."""
+    if variant == "original":
+        return num_tokens + 4
+    if variant == "fixed":
+        return 5
+    if variant == "vectorized":
+        return 0
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def expected_syncs(variant: str, calls: float, tokens: float) -> float:
+    """Syncs a variant must show over `calls` observed calls carrying `tokens` query tokens in all."""
+    return {"original": tokens + 4 * calls, "fixed": 5 * calls, "vectorized": 0.0}[variant] \
+        if variant in ("original", "fixed", "vectorized") else syncs_per_call(variant, 0)
+
+
+def syncs_per_step(variant: str, batch: int) -> int:
+    """Syncs of one talker step at batch B: 1 prefill (T=2B) + 14 decodes (T=B)."""
+    if batch <= 0:
+        return 0
+    return syncs_per_call(variant, 2 * batch) + 14 * syncs_per_call(variant, batch)
