@@ -99,8 +99,13 @@ def syncs_per_call(variant: str, num_tokens: int) -> int:
 
 def expected_syncs(variant: str, calls: float, tokens: float) -> float:
     """Syncs a variant must show over `calls` observed calls carrying `tokens` query tokens in all."""
-    return {"original": tokens + 4 * calls, "fixed": 5 * calls, "vectorized": 0.0}[variant] \
-        if variant in ("original", "fixed", "vectorized") else syncs_per_call(variant, 0)
+    if variant == "original":
+        return tokens + 4 * calls
+    if variant == "fixed":
+        return 5 * calls
+    if variant == "vectorized":
+        return 0.0
+    raise ValueError(f"unknown variant {variant!r}")
 
 
 def syncs_per_step(variant: str, batch: int) -> int:
