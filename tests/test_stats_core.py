@@ -1,0 +1,208 @@
+"""Statistics on synthetic run folders with known answers (no server, no Locust: fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tts_predictor import metrics as pm
+from ttsreport import statistics as st
+from ttsreport.verdict import decide
+
+
+def make_block(run: Path, block_id: str, rnd: int, kind: str, arm: str, variant: str, *, levels=(8, 64), slow=0.0,
+               noise=0.01, rng=None, status="complete", window=20.0, simulated=True):
+    """Write one block folder: closed-loop requests per level whose mean latency is scaled by (1+slow)(1+noise)."""
+    rng = rng or np.random.default_rng(0)
+    d = run / "blocks" / block_id
+    d.mkdir(parents=True)
+    (d / "block.json").write_text(json.dumps({"schema": "tts-block/1", "block_id": block_id, "round": rnd, "kind": kind,
+                                              "arm": arm, "variant": variant, "status": status, "reason": None,
+                                              "started": 0, "ended": 1}))
+    reqs, ctrs = [], []
+    t0 = 1_000.0
+    for i, c in enumerate(levels):
+        factor = (1 + slow) * (1 + noise * rng.standard_normal())
+        step = 0.02 * (1 + c / 64) * factor
+        audio = 4.0
+        e2e_mean = audio * 12 * step
+        n = int(round(c * window / e2e_mean))
+        starts = t0 + np.sort(rng.uniform(0, window, n))
+        for j in range(n):
+            e2e = e2e_mean * float(rng.lognormal(0, 0.05))
+            reqs.append({"schema": "tts-request/1", "run_id": "x", "worker": 0, "step": i, "concurrency": c,
+                         "phase": "measure", "mode": "stream", "ok": True, "error": None, "status": 200,
+                         "ttfa_s": 25 * step, "e2e_s": e2e, "audio_s": audio, "rtf": e2e / audio, "bytes": 192000,
+                         "t_start": float(starts[j]), "prompt_id": "p", "bucket": "short", "variant": variant})
+        reqs.append({"schema": "tts-request/1", "step": i, "concurrency": c, "phase": "warmup", "ok": True,
+                     "e2e_s": 99.0, "ttfa_s": 1, "audio_s": 1, "rtf": 99, "t_start": t0 - 5})
+        steps = int(window / step)
+        calls = steps * 15
+        tokens = steps * 16 * c
+        syncs = pm.expected_syncs(variant, calls, tokens)
+        spc = {"original": 3e-4, "fixed": 1e-4}.get(variant, 5e-5) * (1 + c / 64)
+        if simulated:
+            ctrs.append({"schema": "tts-counters/1", "kind": "snapshot", "step": i, "concurrency": c, "edge": "start",
+                         "t": t0, "target": "x", "ok": True, "error": None,
+                         "samples": {f'tts_predictor_info{{backend="simulated",variant="{variant}"}}': 1.0}})
+        ctrs.append({"schema": "tts-counters/1", "kind": "delta", "step": i, "concurrency": c, "target": "x",
+                     "duration_s": window, "variant": variant, "calls": calls, "seconds": calls * spc, "syncs": syncs,
+                     "observed_calls": calls, "observed_tokens": tokens, "tokens": tokens, "batch_requests": calls * c,
+                     "steps": steps, "step_seconds": window, "frames": steps * c, "requests_finished": n,
+                     "syncs_per_call": syncs / calls, "syncs_per_step": syncs / steps, "calls_per_request": calls / n,
+                     "seconds_per_request": None, "mean_batch": float(c)})
+        t0 += window + 10
+    with open(d / "requests.jsonl", "w") as f:
+        for r in reqs:
+            f.write(json.dumps(r) + "\n")
+    with open(d / "counters.jsonl", "w") as f:
+        for r in ctrs:
+            f.write(json.dumps(r) + "\n")
+    return d
+
+
+def make_run(run: Path, *, rounds=5, aa_rounds=1, slow_b=0.0, noise=0.01, seed=1, levels=(8, 64), a="original",
+             b="fixed", status="complete", simulated=True):
+    """A whole A/B run folder: A/A rounds, then A/B rounds in seeded random order. B's latency scaled by 1+slow_b."""
+    rng = np.random.default_rng(seed)
+    run.mkdir(parents=True, exist_ok=True)
+    plan = []
+    k = 0
+    for r in range(aa_rounds + rounds):
+        kind = "aa" if r < aa_rounds else "ab"
+        arms = ["A", "B"] if rng.random() < 0.5 else ["B", "A"]
+        for arm in arms:
+            variant = a if (kind == "aa" or arm == "A") else b
+            bid = f"{k:03d}-r{r}-{kind}-{arm}"
+            plan.append({"block_id": bid, "round": r, "kind": kind, "arm": arm, "variant": variant})
+            make_block(run, bid, r, kind, arm, variant, levels=levels, noise=noise, rng=rng,
+                       slow=slow_b if (kind == "ab" and arm == "B") else 0.0,
+                       simulated=simulated)
+            k += 1
+    (run / "manifest.json").write_text(json.dumps({
+        "schema": "tts-ab/1", "run_id": run.name, "variants": {"A": a, "B": b},
+        "backend": {"name": "sim" if simulated else "vllm"}, "plan": plan, "status": status, "seeds": {"order": seed}}))
+    return run
+
+
+def test_known_effect_detected(tmp_path):
+    run = make_run(tmp_path / "r", rounds=6, slow_b=0.05, noise=0.005)
+    summary, comp = st.summarize(run)
+    assert summary["simulated"] and not summary["partial"] and not summary["invalid_blocks"]
+    for lv in ("8", "64"):
+        thr = comp["per_level"][lv]["throughput_rps"]
+        assert thr["verdict"]["kind"] == "slower", thr["verdict"]
+        assert thr["ci"][0] < thr["hl"] < thr["ci"][1] and abs(thr["hl"] + 4.76) < 1.0  # 1/1.05 - 1
+        assert comp["per_level"][lv]["e2e_p50"]["verdict"]["kind"] == "slower"
+        assert comp["per_level"][lv]["e2e_p50"]["verdict"]["text"].startswith("B slower by ")
+
+
+def test_aa_never_claims_and_no_difference_only_when_ci_inside(tmp_path):
+    run = make_run(tmp_path / "r", rounds=12, slow_b=0.0, noise=0.002, seed=3)
+    _, comp = st.summarize(run)
+    for lv, row in comp["per_level"].items():
+        for metric, r in row.items():
+            v = r["verdict"]
+            assert v["kind"] in ("no_difference", "inconclusive"), (lv, metric, v)
+            if v["kind"] == "no_difference":
+                assert -v["bound"] <= r["ci"][0] and r["ci"][1] <= v["bound"]
+
+
+def test_wide_ci_is_inconclusive_with_rounds_needed(tmp_path):
+    run = make_run(tmp_path / "r", rounds=3, slow_b=0.0, noise=0.05, seed=5)
+    _, comp = st.summarize(run)
+    v = comp["per_level"]["64"]["throughput_rps"]["verdict"]
+    assert v["kind"] == "inconclusive" and v["more_rounds"] >= 1
+    assert f"about {v['more_rounds']} more round" in v["text"]
+
+
+def test_manipulation_check_excludes_block_loudly(tmp_path):
+    run = make_run(tmp_path / "r", rounds=3)
+    # the A block of round 1 (variant original) shows the fixed signature
+    bad = next(p for p in (run / "blocks").iterdir() if "-r1-ab-A" in p.name)
+    lines = [json.loads(x) for x in (bad / "counters.jsonl").read_text().splitlines()]
+    for x in lines:
+        if x["kind"] == "delta":
+            x["syncs"] = x["observed_calls"] * 5  # the fixed signature in an 'original' block
+    (bad / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    summary, comp = st.summarize(run)
+    assert [b["block_id"] for b in summary["invalid_blocks"]] == [bad.name]
+    assert "manipulation check failed" in summary["invalid_blocks"][0]["reason"]
+    assert comp["rounds"]["ab"] == 2 and comp["invalid_blocks"]
+
+
+def test_missing_counters_fail_the_check():
+    chk = st.manipulation_check("fixed", [])
+    assert not chk["ok"] and "no sync counters" in chk["reason"]
+    ok = st.manipulation_check("original", [{"kind": "delta", "syncs": 2 * 16 + 4 * 2, "observed_calls": 2,
+                                             "observed_tokens": 2 * 16, "variant": "original"}])
+    assert ok["ok"], ok
+
+
+def test_partial_run_and_truncated_line(tmp_path):
+    run = make_run(tmp_path / "r", rounds=2, status="interrupted")
+    blk = sorted((run / "blocks").iterdir())[-1]
+    with open(blk / "requests.jsonl", "a") as f:
+        f.write('{"schema": "tts-request/1", "conc')  # an interrupted writer
+    summary, comp = st.summarize(run)
+    assert summary["partial"] and any("truncated" in n for n in summary["notes"])
+
+
+def test_unknown_schema_refused(tmp_path):
+    run = make_run(tmp_path / "r", rounds=2)
+    blk = sorted((run / "blocks").iterdir())[0]
+    with open(blk / "requests.jsonl", "a") as f:
+        f.write(json.dumps({"schema": "tts-request/9"}) + "\n")
+    with pytest.raises(ValueError, match="unknown schema"):
+        st.summarize(run)
+
+
+def test_level_metrics_match_definitions():
+    reqs = [{"phase": "measure", "ok": True, "e2e_s": e, "ttfa_s": e / 10, "audio_s": 2.0, "rtf": e / 2,
+             "t_start": float(i)} for i, e in enumerate([1.0, 2.0, 3.0, 4.0])]
+    reqs += [{"phase": "measure", "ok": False, "error": "http 500", "t_start": 4.0},
+             {"phase": "warmup", "ok": True, "e2e_s": 100.0, "audio_s": 2.0, "t_start": -1.0}]
+    s = st.level_stats(reqs, {"duration_s": 8.0})
+    assert s["throughput_rps"] == pytest.approx(4 / 8) and s["audio_throughput"] == pytest.approx(8 / 8)
+    assert s["e2e_p50"] == pytest.approx(2.5) and s["error_rate"] == pytest.approx(0.2)
+    assert s["errors"] == {"http 500": 1}
+    s2 = st.level_stats(reqs, None)  # no counters: window from the start times, 5 starts over 4 s -> 5 s
+    assert s2["window_source"] == "records" and s2["window_s"] == pytest.approx(5.0)
+
+
+def test_hodges_lehmann_and_holm():
+    assert st.hodges_lehmann(np.array([1.0, 2.0, 30.0])) == pytest.approx(np.median([1, 2, 30, 1.5, 15.5, 16]))
+    assert st.holm([0.01, 0.04, None, 0.03]) == pytest.approx([0.03, 0.06, None, 0.06])
+
+
+def test_decide_rules():
+    base = {"n": 5, "hl": 0.2, "sd": 0.5, "ci": [-0.4, 0.8]}
+    assert decide("higher", base, 0.3, 0.95, 1.0)["kind"] == "no_difference"
+    assert decide("higher", base, 0.3, 0.95, 0.5)["kind"] == "inconclusive"  # CI wider than ±0.5
+    faster = {"n": 5, "hl": -3.0, "sd": 0.5, "ci": [-3.5, -2.5]}
+    v = decide("lower", faster, 0.5, 0.95, 1.0)
+    assert v["kind"] == "faster" and v["text"] == "B faster by 3.0 % [+2.5, +3.5]"
+    below_floor = decide("lower", faster, 4.0, 0.95, 1.0)  # smaller than the A/A floor: not a claim
+    assert below_floor["kind"] == "no_difference" and below_floor["text"] == "no difference beyond ±4.0 %"
+    assert decide("lower", faster, 3.2, 0.95, 1.0)["kind"] == "inconclusive"  # CI pokes out of ±3.2
+
+
+def test_prediction_from_counters(tmp_path):
+    run = make_run(tmp_path / "r", rounds=2)
+    _, comp = st.summarize(run)
+    p = comp["prediction"]["64"]
+    # synthetic: original 3e-4*2 s/call, fixed 1e-4*2 s/call at c=64; 4 s audio = 48 frames; 15 calls/step
+    assert p["saving_per_call_s"] == pytest.approx(4e-4)
+    assert p["e2e_saving_s"] == pytest.approx(4e-4 * 15 * 48)
+    assert p["e2e_diff_pct"] < 0
+
+
+def test_write_statistics_json_is_strict(tmp_path):
+    run = make_run(tmp_path / "r", rounds=2)
+    ps = st.write_statistics(run)
+    for p in ps:
+        obj = json.loads(p.read_text())
+        assert obj["schema"] in (st.SUMMARY_SCHEMA, st.COMPARISON_SCHEMA)
