@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
+	bash scripts/system-deps.sh
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

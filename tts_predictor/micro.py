@@ -144,6 +144,29 @@ def run(device: str = "cpu", rounds: int = 15, sample_s: float = 0.004, seed: in
     }
 
 
+def observer_overhead(device: str = "cpu", sizes=(8, 64), calls: int = 30) -> list[dict]:
+    """µs per call of each variant with and without the sync observer around it (decode batches)."""
+    dev = torch.device(device)
+    observer = SyncObserver(dev)
+    out = []
+    for n in sizes:
+        case = Case("decode", n, 16, (1,) * n, (9,) * n)
+        ql, sl, table = _inputs(case, dev)
+        for name, f in VARIANTS.items():
+            plain, observed = [], []
+            for _ in range(5):
+                plain.append(_time_per_call(f, (ql, sl, table), dev, calls))
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    with observer.observe(device_tensors=[table]):
+                        f(ql, sl, table, block_size=BLOCK_SIZE, device=observer.device)
+                observed.append((time.perf_counter() - t0) / calls)
+            p, o = statistics.median(plain) * 1e6, statistics.median(observed) * 1e6
+            out.append({"variant": name, "num_reqs": n, "plain_us": round(p, 1), "observed_us": round(o, 1),
+                        "overhead_us": round(o - p, 1), "method": observer.method})
+    return out
+
+
 def _device_name(dev: torch.device) -> str:
     if dev.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(dev)}"
@@ -183,6 +206,11 @@ def table_markdown(result: dict) -> str:
             f"| {f['median_us'] / z['median_us']:.2f}x | {o['syncs_per_call']}/{f['syncs_per_call']}/"
             f"{z['syncs_per_call']} |"
         )
+    if result.get("observer_overhead"):
+        lines += ["", f"Sync observer overhead ({result['observer_overhead'][0]['method']} method), decode batches:", "",
+                  "| variant | reqs | plain µs | observed µs | overhead µs |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {o['variant']} | {o['num_reqs']} | {o['plain_us']} | {o['observed_us']} | {o['overhead_us']} |"
+                  for o in result["observer_overhead"]]
     return "\n".join(lines) + "\n"
 
 
@@ -209,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = run(a.device, rounds=rounds, sample_s=sample_s, seed=a.seed, progress=progress)
     print(file=sys.stderr)
+    result["observer_overhead"] = observer_overhead(a.device, calls=5 if a.quick else 30)
     folder = Path(a.out) / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps(result, indent=1) + "\n")
