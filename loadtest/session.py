@@ -1,0 +1,341 @@
+"""Run-level state of one Locust process (local, master or worker): options, phase, records, counters, merge.
+
+tts.py only wires Locust events to this. Roles:
+- local: runs the shape, the users, writes requests.jsonl, counters.jsonl and manifest.json itself.
+- master: runs the shape and the scraper, broadcasts each phase to the workers, appends the record lines the
+  workers send into one requests.jsonl and, at test stop, waits until every worker has sent its last batch.
+- worker: runs users, writes its own workers/<id>.requests.jsonl and ships the same lines to the master.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from loadtest.client import GeventTransport, Outcome, run_request
+from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
+from loadtest.records import RUN_SCHEMA, JsonlWriter, RequestRecord, dumps
+from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
+from loadtest.scraper import Scraper
+from loadtest.shape import Phase, PhaseTracker, Schedule
+
+log = logging.getLogger("loadtest")
+MSG_PHASE = "tts_phase"
+MSG_RECORDS = "tts_records"
+SHIP_INTERVAL_S = 1.0
+FINAL_WAIT_S = 20.0
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+
+
+class TTSFailure(Exception):
+    """What Locust shows for a failed request: the client's reason."""
+
+
+def add_options(parser) -> None:
+    """Our options on Locust's own parser (shown in --help and the web UI, sent by the master to workers)."""
+    g = parser.add_argument_group("TTS load test")
+    g.add_argument("--scenario", default="configs/scenarios/default.yaml", help="scenario YAML (configs/scenarios/)")
+    g.add_argument("--mode", choices=["stream", "wav", "scenario"], default="scenario",
+                   help="stream (PCM, TTFA) or wav; default: the scenario's")
+    g.add_argument("--run-dir", default="", help="output folder (default reports/locust-<UTC timestamp>/)")
+    g.add_argument("--metrics-url", default="",
+                   help="comma-separated /metrics URLs to scrape (default <host>/metrics; 'none' disables)")
+    g.add_argument("--seed", type=int, default=-1, help="prompt sequence seed (default: the scenario's)")
+    g.add_argument("--variant", default="", help="variant label written into the records (e.g. original)")
+    g.add_argument("--model", default=DEFAULT_MODEL, help="model name sent in each request")
+    g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
+
+
+def git_revision() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip() or None
+    except Exception:
+        return None
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+class Session:
+    """One per process; created in Locust's init event."""
+
+    def __init__(self, environment, role: str):
+        self.env = environment
+        self.role = role  # local | master | worker
+        self.opts = environment.parsed_options
+        self.run: dict[str, Any] | None = None  # what the master broadcasts: run id, dir, scenario, mode, ...
+        self.scenario: Scenario | None = None
+        self.phase: Phase | None = None
+        self.tracker: PhaseTracker | None = None
+        self.scraper: Scraper | None = None
+        self.requests_writer: JsonlWriter | None = None
+        self.counters_writer: JsonlWriter | None = None
+        self._prompts: PromptSequence | None = None
+        self._payloads: PayloadCache | None = None
+        self._bounds = None
+        self._arrivals = None
+        self._pending: list[str] = []
+        self._sent = 0
+        self._final_sent = False
+        self._scrapes: list = []
+        self.workers: dict[str, dict[str, Any]] = {}  # master: node id -> {label, received, sent, final}
+        self.started = None
+        self.finished = False
+        self.inflight = 0  # open loop: requests running in this process
+        if role in ("local", "master"):
+            self._prepare_run()
+
+    # --- setup ------------------------------------------------------------------------------------------
+
+    def _prepare_run(self) -> None:
+        o = self.opts
+        scenario = load_scenario(o.scenario)  # ScenarioError: caller turns it into a clear exit
+        mode = scenario.mode if o.mode in ("", "scenario", None) else o.mode
+        seed = scenario.seed if o.seed is None or o.seed < 0 else o.seed
+        run_dir = o.run_dir or os.path.join("reports", f"locust-{utc_stamp()}")
+        host = (o.host or "").rstrip("/")
+        if o.metrics_url == "none":
+            targets = []
+        elif o.metrics_url:
+            targets = [u.strip() for u in o.metrics_url.split(",") if u.strip()]
+        else:
+            targets = [host + "/metrics"] if host else []
+        load_corpus(scenario.prompts)  # fail now, with the file name, rather than in every user
+        load_voice(scenario.voice)
+        self.run = {
+            "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
+            "seed": seed, "variant": o.variant or None, "model": o.model, "host": host, "metrics_urls": targets,
+            "timeout_s": o.request_timeout or scenario.timeout_s,
+        }
+        self.scenario = scenario
+        self.tracker = PhaseTracker(Schedule(scenario))
+
+    def _adopt(self, run: dict[str, Any]) -> None:
+        """Build the per-process request machinery from the run description (workers get it by message)."""
+        if self._prompts is not None and self.run and self.run["run_id"] == run["run_id"]:
+            return
+        self.run = run
+        self.scenario = scenario_from_dict(run["scenario"])
+        corpus = load_corpus(self.scenario.prompts)
+        voice = load_voice(self.scenario.voice)
+        self._bounds = corpus.bounds
+        self._prompts = PromptSequence(corpus, self.scenario.mix, run["seed"], self.worker_index)
+        self._payloads = PayloadCache(voice, model=run["model"], language=self.scenario.language, mode=run["mode"])
+        self._arrivals = random.Random(f"tts-arrivals:{run['seed']}:{self.worker_index}")
+
+    @property
+    def worker_index(self) -> int:
+        return max(0, int(getattr(self.env.runner, "worker_index", 0) or 0)) if self.role == "worker" else 0
+
+    @property
+    def worker_label(self) -> str:
+        return f"w{self.worker_index}" if self.role == "worker" else "local"
+
+    def _open_writers(self) -> None:
+        run_dir = Path(self.run["run_dir"])
+        if self.role == "worker":
+            if self.requests_writer is None:
+                self.requests_writer = JsonlWriter(run_dir / "workers" / f"{self.worker_label}.requests.jsonl")
+            return
+        if self.requests_writer is None:
+            self.requests_writer = JsonlWriter(run_dir / "requests.jsonl")
+        if self.counters_writer is None:
+            self.counters_writer = JsonlWriter(run_dir / "counters.jsonl")
+            self.scraper = Scraper(self.run["metrics_urls"], self.counters_writer.write,
+                                   variant_hint=self.run["variant"])
+
+    # --- shape (local / master) -------------------------------------------------------------------------
+
+    def tick(self, run_time: float) -> tuple[int, float] | None:
+        """LoadTestShape.tick: publish phase edges, scrape at measure edges, return (users, spawn rate)."""
+        if self.started is None:
+            self.started = time.time()
+            self._open_writers()
+            if self.role == "local":
+                self._adopt(self.run)
+        phase, transitions = self.tracker.tick(run_time)
+        for old, new in transitions:
+            if old is not None and old.phase == "measure":
+                self._scrape_async(old.step, old.concurrency, "end")
+            if new is not None and new.phase == "measure":
+                self._scrape_async(new.step, new.concurrency, "start")
+        if transitions:
+            self.set_phase(phase)
+            if self.role == "master" and phase is not None:
+                self.env.runner.send_message(MSG_PHASE, {"run": self.run, "phase": phase.to_dict()})
+        if phase is None:
+            return None
+        return phase.users, self.scenario.spawn_rate
+
+    def _scrape_async(self, step: int, concurrency: int, edge: str) -> None:
+        import gevent
+
+        if self.scraper is not None and self.scraper.targets:
+            self._scrapes = [g for g in self._scrapes if not g.ready()]
+            self._scrapes.append(gevent.spawn(self.scraper.scrape, step, concurrency, edge))
+
+    def set_phase(self, phase: Phase | None) -> None:
+        self.phase = phase
+        if phase is not None:
+            log.info("step %d concurrency %d: %s", phase.step, phase.concurrency, phase.phase)
+
+    # --- worker side --------------------------------------------------------------------------------------
+
+    def on_phase_message(self, data: dict[str, Any]) -> None:
+        self._adopt(data["run"])
+        self._open_writers()
+        self.set_phase(Phase(**data["phase"]))
+
+    def ship(self, final: bool = False) -> None:
+        """Worker -> master: the record lines written since the last call (final: with the total count)."""
+        if self.role != "worker" or self.run is None or (final and self._final_sent):
+            return
+        lines, self._pending = self._pending, []
+        self._sent += len(lines)
+        if lines or final:
+            self.env.runner.send_message(MSG_RECORDS, {"worker": self.worker_label, "lines": lines,
+                                                       "final": final, "sent": self._sent})
+        self._final_sent = final
+
+    def on_test_start(self) -> None:
+        self._final_sent = False
+
+    # --- master side --------------------------------------------------------------------------------------
+
+    def on_records_message(self, node_id: str, data: dict[str, Any]) -> None:
+        w = self.workers.setdefault(node_id, {"label": data["worker"], "received": 0, "sent": 0, "final": False})
+        if self.requests_writer is None:
+            self._open_writers()
+        for line in data["lines"]:
+            self.requests_writer.write_line(line)
+        w["received"] += len(data["lines"])
+        w["sent"] = data["sent"]
+        w["final"] = w["final"] or data["final"]
+
+    def expect_workers(self, node_ids) -> None:
+        for nid in node_ids:
+            self.workers.setdefault(nid, {"label": None, "received": 0, "sent": 0, "final": False})
+
+    def wait_for_workers(self, timeout_s: float = FINAL_WAIT_S) -> None:
+        import gevent
+
+        deadline = time.monotonic() + timeout_s
+        while any(not w["final"] for w in self.workers.values()) and time.monotonic() < deadline:
+            gevent.sleep(0.1)
+        for nid, w in self.workers.items():
+            if not w["final"] or w["received"] != w["sent"]:
+                log.error("worker %s: %d record lines received of %d sent (final=%s)", nid, w["received"], w["sent"],
+                          w["final"])
+
+    # --- requests -----------------------------------------------------------------------------------------
+
+    def new_transport(self, host: str | None, connections: int = 1) -> GeventTransport:
+        return GeventTransport(host or self.run["host"], timeout_s=self.run["timeout_s"], connections=connections)
+
+    def ready(self) -> bool:
+        return self.phase is not None and self._prompts is not None
+
+    def one_request(self, transport) -> RequestRecord:
+        """Draw the next prompt, run it, record it and report it to Locust. Called from user greenlets."""
+        ph = self.phase
+        prompt = self._prompts.next()
+        t_start = time.time()
+        out = run_request(transport, self._payloads.body(prompt), self.run["mode"],
+                          expected_s=self._bounds.range_for(prompt.text))
+        return self.record(ph, prompt.id, prompt.bucket, t_start, out)
+
+    def record(self, ph: Phase, prompt_id: str, bucket: str, t_start: float, out: Outcome) -> RequestRecord:
+        rec = RequestRecord(
+            run_id=self.run["run_id"], worker=self.worker_label, step=ph.step, concurrency=ph.concurrency,
+            phase=ph.phase, mode=self.run["mode"], ok=out.ok, error=out.error, status=out.status, ttfa_s=out.ttfa_s,
+            e2e_s=out.e2e_s, audio_s=out.audio_s, rtf=out.rtf, bytes=out.bytes, t_start=t_start,
+            prompt_id=prompt_id, bucket=bucket, variant=self.run["variant"],
+        )
+        line = dumps(rec.to_dict())
+        if self.requests_writer is None:
+            self._open_writers()
+        self.requests_writer.write_line(line)
+        if self.role == "worker":
+            self._pending.append(line)
+        self._report(rec)
+        return rec
+
+    def _report(self, rec: RequestRecord) -> None:
+        name = f"{rec.mode} c={rec.concurrency}" if rec.phase == "measure" else f"{rec.mode} ({rec.phase})"
+        fire = self.env.events.request.fire
+        fire(request_type="SPEECH", name=name, response_time=(rec.e2e_s or 0.0) * 1000.0,
+             response_length=rec.bytes, exception=None if rec.ok else TTSFailure(rec.error), context={})
+        if rec.ok and rec.mode == "stream" and rec.ttfa_s is not None:
+            fire(request_type="TTFA", name=name, response_time=rec.ttfa_s * 1000.0, response_length=0,
+                 exception=None, context={})
+
+    def tracked_request(self, transport) -> None:
+        self.inflight += 1
+        try:
+            self.one_request(transport)
+        finally:
+            self.inflight -= 1
+
+    def drop(self, ph: Phase) -> None:
+        """Open loop: an arrival the in-flight cap refused is a failure of the step, not a silent skip."""
+        reason = f"dropped: {ph.concurrency} requests already in flight in this process"
+        self.record(ph, "-", "-", time.time(), Outcome(False, reason, None, None, None, None, None, 0))
+
+    def next_arrival_gap(self) -> float:
+        """Open loop: each of the step's users is a Poisson source of rate/users; together a rate-λ process."""
+        ph = self.phase
+        return self._arrivals.expovariate(ph.rate / max(ph.users, 1))
+
+    # --- end of run ----------------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Local/master: wait for scrapes and workers, then write the manifest. Idempotent."""
+        import gevent
+
+        if self.finished or self.role == "worker" or self.started is None:
+            return
+        self.finished = True
+        if self._scrapes:
+            gevent.joinall(self._scrapes, timeout=15)
+        if self.role == "master":
+            self.wait_for_workers()
+        manifest = {
+            "schema": RUN_SCHEMA,
+            **{k: self.run[k] for k in ("run_id", "mode", "seed", "variant", "model", "host", "metrics_urls",
+                                         "timeout_s")},
+            "role": "distributed" if self.role == "master" else "local",
+            "scenario": self.run["scenario"],
+            "started": self.started,
+            "ended": time.time(),
+            "git_revision": git_revision(),
+            "locust_version": _locust_version(),
+            "argv": sys.argv,
+            "workers": self.workers if self.role == "master" else {"local": {"label": "local"}},
+            "requests_lines": self.requests_writer.lines if self.requests_writer else 0,
+            "counters_lines": self.counters_writer.lines if self.counters_writer else 0,
+        }
+        run_dir = Path(self.run["run_dir"])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "manifest.json").write_text(dumps(manifest) + "\n")
+        for w in (self.requests_writer, self.counters_writer):
+            if w is not None:
+                w.close()
+        log.info("run folder: %s (%d request records)", run_dir, manifest["requests_lines"])
+
+
+def _locust_version() -> str | None:
+    try:
+        from locust import __version__
+
+        return __version__
+    except Exception:
+        return None
