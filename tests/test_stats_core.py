@@ -206,3 +206,18 @@ def test_write_statistics_json_is_strict(tmp_path):
     for p in ps:
         obj = json.loads(p.read_text())
         assert obj["schema"] in (st.SUMMARY_SCHEMA, st.COMPARISON_SCHEMA)
+
+
+def test_prediction_from_micro_results(tmp_path):
+    rows = [{"scenario": sc, "num_reqs": n, "max_seq_len": 16, "variant": v, "median_us": us}
+            for sc, n, v, us in [("decode", 8, "original", 100.0), ("decode", 64, "original", 500.0),
+                                 ("prefill", 64, "original", 800.0), ("decode", 64, "fixed", 200.0),
+                                 ("decode", 8, "fixed", 60.0), ("prefill", 64, "fixed", 200.0)]]
+    (tmp_path / "results.json").write_text(json.dumps({"rows": rows}))
+    micro = st.read_micro(tmp_path / "results.json")
+    assert micro[("original", 64)] == pytest.approx((800 + 14 * 500) / 15 * 1e-6)
+    run = make_run(tmp_path / "r", rounds=2)
+    _, comp = st.summarize(run, micro_path=tmp_path / "results.json")
+    p = comp["prediction"]["64"]
+    assert p["source"] == "micro benchmark"
+    assert p["saving_per_call_s"] == pytest.approx(((800 + 14 * 500) - (200 + 14 * 200)) / 15 * 1e-6)

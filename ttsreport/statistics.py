@@ -339,23 +339,27 @@ def diff_stats(d: np.ndarray, level: float, s: Settings, seed: int) -> dict:
 
 
 def read_micro(path: str | Path | None) -> dict[tuple[str, int], float] | None:
-    """Per-call seconds by (variant, batch requests) from a micro benchmark results.json.
+    """Mean seconds per build_attn_metadata call by (variant, requests) from `make micro`'s results.json.
 
-    Assumed shape (tts_predictor.micro, issue 2): {"results": [{"variant", "num_reqs" | "batch" | "n",
-    "median_s" | "median_us" | "median_ms"}]}; anything else is ignored (the counters' seconds are used instead).
+    Uses its "rows" (tts_predictor.micro: scenario, num_reqs, max_seq_len, variant, median_us): a talker step is
+    1 prefill + 14 decode calls, so per call = (prefill + 14 x decode) / 15 at the shortest max_seq_len measured;
+    decode alone where no prefill row exists. None if the file is absent or has no such rows.
     """
     if not path or not Path(path).exists():
         return None
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    rows = data.get("results", data if isinstance(data, list) else [])
-    out = {}
+    rows = json.loads(Path(path).read_text(encoding="utf-8")).get("rows") or []
+    rows = [r for r in rows if r.get("scenario") in ("decode", "prefill") and r.get("median_us") is not None]
+    if not rows:
+        return None
+    short = min(r.get("max_seq_len", 16) for r in rows)
+    by: dict[tuple[str, int], dict[str, float]] = {}
     for r in rows:
-        n = r.get("num_reqs", r.get("batch", r.get("n")))
-        sec = r.get("median_s")
-        sec = sec if sec is not None else (r["median_us"] * 1e-6 if "median_us" in r else
-                                           r["median_ms"] * 1e-3 if "median_ms" in r else None)
-        if r.get("variant") and n is not None and sec is not None:
-            out[(r["variant"], int(n))] = float(sec)
+        if r.get("max_seq_len", 16) == short:
+            by.setdefault((r["variant"], int(r["num_reqs"])), {})[r["scenario"]] = float(r["median_us"]) * 1e-6
+    out = {}
+    for key, v in by.items():
+        if "decode" in v:
+            out[key] = (v.get("prefill", v["decode"]) + 14 * v["decode"]) / CALLS_PER_STEP
     return out or None
 
 

@@ -1,0 +1,77 @@
+"""The report from synthetic statistics: Markdown content, and index.html in real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from test_stats_core import make_run
+
+from ttsreport import __main__ as cli
+from ttsreport import browser, report
+
+needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A run with one invalid block, interrupted before its end: every banner must show."""
+    run = make_run(tmp_path_factory.mktemp("rep") / "run", rounds=5, slow_b=-0.05, noise=0.005, status="interrupted",
+                   levels=(8, 16, 64))
+    bad = next(p for p in (run / "blocks").iterdir() if "-r2-ab-B" in p.name)
+    lines = [json.loads(x) for x in (bad / "counters.jsonl").read_text().splitlines()]
+    for x in lines:
+        if x["kind"] == "delta":
+            x["syncs"] = 0  # a 'fixed' block without syncs: the server ran something else
+    (bad / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert cli.main([str(run)]) == 0
+    return run, bad.name
+
+
+def test_report_reads_only_statistics_json(built, tmp_path):
+    run, _ = built
+    copy = tmp_path / "only-json"
+    copy.mkdir()
+    for name in ("summary.json", "comparison.json"):
+        shutil.copy(run / name, copy / name)
+    out = report.write_report(copy)  # no raw files next to it: the report computes nothing from them
+    assert out.read_text() == (run / "index.html").read_text()
+
+
+def test_markdown_has_banners_and_verdicts(built):
+    run, bad = built
+    md = (run / "summary.md").read_text()
+    assert "SIMULATED BACKEND" in md and "PARTIAL RUN" in md and f"INVALID BLOCK {bad}" in md
+    assert "manipulation check failed" in md
+    assert re.search(r"\| 16 \| B faster by \d+\.\d % \[", md), md
+
+
+def test_html_is_self_contained(built):
+    html = (run_html := (built[0] / "index.html")).read_text()
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
+    assert "https://" not in html and run_html.stat().st_size < 2_000_000
+
+
+@needs_chromium
+def test_renders_in_headless_chromium_without_console_errors(built):
+    run, bad = built
+    shot = run / "screenshot.png"
+    res = browser.inspect(run / "index.html", shot)
+    assert res["problems"] == []
+    assert res["svgs"] >= 4 and all(w > 400 for w in res["svgSizes"])
+    assert any("SIMULATED BACKEND" in b for b in res["banners"]) and any(bad in b for b in res["banners"])
+    assert any("PARTIAL RUN" in b for b in res["banners"])
+    assert len(res["cards"]) == 3 and any(c.startswith("B faster by") for c in res["cards"])
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+@needs_chromium
+def test_browser_check_catches_errors(tmp_path):
+    """The harness itself: a broken page must produce problems (else 'no errors' would prove nothing)."""
+    page = tmp_path / "bad.html"
+    page.write_text('<html><body><img src="missing.png"><script>console.error("boom"); nope();</script></body></html>')
+    res = browser.inspect(page, tmp_path / "bad.png")
+    text = " ".join(res["problems"])
+    assert "boom" in text and "nope" in text and "missing.png" in text
