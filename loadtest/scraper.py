@@ -59,7 +59,11 @@ def variant_of(rows) -> str | None:
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b < a:  # missing, or the counter reset (server restarted): unknown
+    if b is None:  # not exposed at the end: unknown
+        return None
+    if a is None:  # a labelled child appears on first use: it started from zero inside the window
+        a = 0.0
+    if b < a:  # counter reset (server restarted): unknown
         return None
     return b - a
 
@@ -68,9 +72,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def compute_delta(start_rows, end_rows, *, duration_s: float, variant_hint: str | None) -> dict[str, Any]:
-    """Per-step differences of the predictor/engine counters and the ratios the statistics compare."""
-    d = {key: _diff(total(start_rows, name), total(end_rows, name)) for key, name in (
+def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hint: str | None) -> dict[str, Any]:
+    """Per-step differences of the predictor/engine counters and the ratios the statistics compare.
+
+    start_rows None means the start scrape failed: every difference is unknown.
+    """
+    failed = start_rows is None
+    start_rows = start_rows or []
+    d = {key: None if failed else _diff(total(start_rows, name), total(end_rows, name)) for key, name in (
         ("calls", m.CALLS), ("seconds", m.SECONDS + "_sum"), ("syncs", m.SYNCS),
         ("observed_calls", m.OBSERVED_CALLS), ("observed_tokens", m.OBSERVED_TOKENS), ("tokens", m.TOKENS),
         ("batch_requests", m.REQUESTS), ("steps", m.STEPS), ("step_seconds", m.STEP_SECONDS + "_sum"),
@@ -135,7 +144,7 @@ class Scraper:
         if start_rows is not None and rows is not None:
             delta = compute_delta(start_rows, rows, duration_s=t - t0, variant_hint=self.variant_hint)
         else:  # one edge failed: all numbers unknown, the line still says the step existed
-            delta = compute_delta([], [], duration_s=(t - t0) if t0 is not None else None,
+            delta = compute_delta(None, [], duration_s=(t - t0) if t0 is not None else None,
                                   variant_hint=self.variant_hint)
         self._write({"schema": COUNTERS_SCHEMA, "kind": "delta", "step": step, "concurrency": concurrency,
                      "target": target, **delta})
