@@ -28,6 +28,17 @@ WAITING = "tts_engine_waiting_requests"
 FRAMES = "tts_engine_frames_total"
 ENGINE_REQUESTS = "tts_engine_requests_total"
 
+# --- simulator only (ttssim): what it modelled, injected and how its clock kept up ----------------------------
+SIM_MODELLED_SECONDS = "tts_sim_modelled_seconds_total"
+SIM_STALL_SECONDS = "tts_sim_stall_seconds_total"
+SIM_INJECTED_SECONDS = "tts_sim_injected_seconds_total"
+SIM_OBSERVER_SECONDS = "tts_sim_observer_seconds_total"
+SIM_LATE_STEPS = "tts_sim_late_steps_total"
+SIM_PREFILLS = "tts_sim_prefills_total"
+SIM_FAULTS = "tts_sim_faults_total"
+SIM_HTTP_REQUESTS = "tts_sim_http_requests_total"
+SIM_TTFA_MODEL = "tts_sim_ttfa_model_seconds"
+
 HELP = {
     CALLS: "Calls of the code predictor's build_attn_metadata (15 per talker step: 1 prefill + 14 decodes).",
     SECONDS: "Host wall time of build_attn_metadata per call, seconds.",
@@ -45,6 +56,18 @@ HELP = {
     WAITING: "Requests admitted but waiting for a batch slot.",
     FRAMES: "Codec frames produced (12 per second of audio).",
     ENGINE_REQUESTS: "Speech requests finished by the engine, by outcome.",
+    SIM_MODELLED_SECONDS: "Simulator: modelled rest-of-step time slept (base + per-request + prefill), seconds.",
+    SIM_STALL_SECONDS: "Simulator: modelled GPU stall slept for synchronisations (CPU device only), seconds. Syncs are "
+    "the observer's count on sampled calls and the closed form (T+4 / 5 / 0) on the others.",
+    SIM_INJECTED_SECONDS: "Simulator: injected extra step delay (extra_step_ms / extra_step_pct), seconds.",
+    SIM_OBSERVER_SECONDS: "Simulator: host time of the sampled sync-observer calls (extra shadow calls, not in the "
+    "predictor counters; their cost is hidden in the step's sleep when it fits).",
+    SIM_LATE_STEPS: "Simulator: steps that started more than catch-up allows after their deadline (clock reset).",
+    SIM_PREFILLS: "Simulator: requests admitted into the running batch (each adds prefill_ms to its step).",
+    SIM_FAULTS: "Simulator: injected faults, by kind.",
+    SIM_HTTP_REQUESTS: "Simulator: HTTP requests answered, by handler and status.",
+    SIM_TTFA_MODEL: "Simulator: the model's time to first audio per request, from the steps it actually ran in "
+    "(queue wait + step targets incl. measured variant time + code2wav); client TTFA minus this = HTTP + clock error.",
 }
 
 # Histogram buckets: µs-scale for the predictor call, ms-scale for the step.

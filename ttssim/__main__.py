@@ -1,0 +1,111 @@
+"""`python -m ttssim --variant fixed [--host 127.0.0.1] [--port 8091] [--device cpu] [--config configs/sim/x.yaml]`.
+
+Port 0 picks a free port; `--port-file` receives the bound port once the server accepts connections (tests and the A/B
+runner use it instead of guessing free ports). SIGTERM/SIGINT stop it cleanly within a couple of seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from . import __version__
+
+BANNER = """\
+################################################################################################
+##  SIMULATED vllm-omni 0.16.0 -- ttssim {version}: NOT a real TTS server.
+##  The predictor variant '{variant}' runs for real on {device}; everything else (talker, code2wav,
+##  GPU stalls, audio) is MODELLED from {config}. /metrics says backend="simulated".
+##  Listening on http://{host}:{port}
+################################################################################################"""
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from tts_predictor.variants import VARIANTS
+
+    p = argparse.ArgumentParser(prog="python -m ttssim", description="Simulated vllm-omni 0.16.0 Qwen3-TTS server.")
+    p.add_argument("--variant", required=True, choices=sorted(VARIANTS))
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: not reachable from outside)")
+    p.add_argument("--port", type=int, default=8091, help="0 = any free port (see --port-file)")
+    p.add_argument("--device", default="cpu", help="where the variant's tensors live: cpu or cuda[:N]")
+    p.add_argument("--config", default=None, help="simulator YAML (default: built-in = configs/sim/default.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config value, e.g. --set model.extra_step_pct=5 --set faults.cut_stream_every=3")
+    p.add_argument("--port-file", default=None, help="write the bound port here once listening")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+async def serve(args, cfg) -> None:
+    import torch
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    from .engine import Engine
+    from .faults import Faults
+    from .server import make_app
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"ttssim: --device {args.device} but torch sees no CUDA device")
+    torch.set_num_threads(1)  # tiny tensors; more threads only contend with the event loop
+    registry = CollectorRegistry()
+    engine = Engine(cfg, args.variant, args.device, registry)
+    engine.metrics.predictor.info.info({
+        "variant": args.variant, "backend": "simulated", "device": str(engine.device),
+        "server": f"ttssim {__version__} (simulates vllm-omni 0.16.0)", "model": cfg.model.name,
+        "config": str(args.config or "built-in default"),
+        "sync_sample": f"every {cfg.server.sync_sample_every_steps} steps, {cfg.server.sync_sample_calls} call(s)",
+    })
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if cfg.faults.slow_readiness_s:
+        print(f"ttssim FAULT: slow readiness, binding the port in {cfg.faults.slow_readiness_s:g} s", flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), cfg.faults.slow_readiness_s)
+            return
+        except asyncio.TimeoutError:
+            pass
+    app = make_app(engine, Faults(cfg.faults), {"variant": args.variant})
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, shutdown_timeout=1.0)
+    await site.start()
+    port = runner.addresses[0][1]
+    print(BANNER.format(version=__version__, variant=args.variant, device=engine.device, host=args.host, port=port,
+                        config=args.config or "the built-in defaults (= configs/sim/default.yaml)"), flush=True)
+    if args.port_file:
+        tmp = Path(args.port_file + ".tmp")
+        tmp.write_text(str(port))
+        os.replace(tmp, args.port_file)
+    await stop.wait()
+    print("ttssim: stopping", flush=True)
+    await runner.cleanup()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .config import load_config
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (OSError, ValueError) as e:
+        print(f"ttssim: bad configuration: {e}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(args, cfg))
+    except OSError as e:  # port in use, address not available
+        print(f"ttssim: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
