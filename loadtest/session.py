@@ -29,6 +29,7 @@ from loadtest.shape import Phase, PhaseTracker, Schedule
 log = logging.getLogger("loadtest")
 MSG_PHASE = "tts_phase"
 MSG_RECORDS = "tts_records"
+MSG_FLUSH = "tts_flush"
 SHIP_INTERVAL_S = 1.0
 FINAL_WAIT_S = 20.0
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
@@ -91,6 +92,7 @@ class Session:
         self.started = None
         self.finished = False
         self.inflight = 0  # open loop: requests running in this process
+        self._flush_sent = False
         if role in ("local", "master"):
             self._prepare_run()
 
@@ -173,6 +175,7 @@ class Session:
             if self.role == "master" and phase is not None:
                 self.env.runner.send_message(MSG_PHASE, {"run": self.run, "phase": phase.to_dict()})
         if phase is None:
+            self.flush_workers()  # headless Locust quits without telling workers to stop first
             return None
         return phase.users, self.scenario.spawn_rate
 
@@ -212,7 +215,8 @@ class Session:
     # --- master side --------------------------------------------------------------------------------------
 
     def on_records_message(self, node_id: str, data: dict[str, Any]) -> None:
-        w = self.workers.setdefault(node_id, {"label": data["worker"], "received": 0, "sent": 0, "final": False})
+        w = self.workers.setdefault(node_id, {"label": None, "received": 0, "sent": 0, "final": False})
+        w["label"] = data["worker"]
         if self.requests_writer is None:
             self._open_writers()
         for line in data["lines"]:
@@ -220,6 +224,12 @@ class Session:
         w["received"] += len(data["lines"])
         w["sent"] = data["sent"]
         w["final"] = w["final"] or data["final"]
+
+    def flush_workers(self) -> None:
+        """Master: ask every worker to stop its users and send its last record lines (once per run)."""
+        if self.role == "master" and not self._flush_sent:
+            self._flush_sent = True
+            self.env.runner.send_message(MSG_FLUSH, {"run_id": self.run["run_id"]})
 
     def expect_workers(self, node_ids) -> None:
         for nid in node_ids:
@@ -307,6 +317,7 @@ class Session:
         if self._scrapes:
             gevent.joinall(self._scrapes, timeout=15)
         if self.role == "master":
+            self.flush_workers()
             self.wait_for_workers()
         manifest = {
             "schema": RUN_SCHEMA,

@@ -16,7 +16,14 @@ from locust.runners import MasterRunner, WorkerRunner
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from any cwd
 
 from loadtest.scenario import ScenarioError  # noqa: E402
-from loadtest.session import MSG_PHASE, MSG_RECORDS, SHIP_INTERVAL_S, Session, add_options  # noqa: E402
+from loadtest.session import (  # noqa: E402
+    MSG_FLUSH,
+    MSG_PHASE,
+    MSG_RECORDS,
+    SHIP_INTERVAL_S,
+    Session,
+    add_options,
+)
 
 _session: Session | None = None
 
@@ -39,6 +46,12 @@ def _init(environment, runner=None, **_kw):
                                                                                                           msg.data))
     elif role == "worker":
         runner.register_message(MSG_PHASE, lambda environment, msg, **kw: _session.on_phase_message(msg.data))
+
+        def flush(environment, msg, **kw):
+            environment.runner.stop()  # kills the users, fires test_stop, which ships the final records
+            _session.ship(final=True)  # no-op if test_stop already did
+
+        runner.register_message(MSG_FLUSH, flush)
 
         def ship_loop():
             while True:
