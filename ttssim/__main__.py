@@ -25,11 +25,13 @@ BANNER = """\
 ################################################################################################"""
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    from tts_predictor.variants import VARIANTS
+VARIANT_NAMES = ("original", "fixed", "vectorized")  # = tts_predictor.variants.VARIANTS (checked by the engine);
+# spelled out so that a bad argument fails before torch is imported
 
+
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ttssim", description="Simulated vllm-omni 0.16.0 Qwen3-TTS server.")
-    p.add_argument("--variant", required=True, choices=sorted(VARIANTS))
+    p.add_argument("--variant", required=True, choices=VARIANT_NAMES)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: not reachable from outside)")
     p.add_argument("--port", type=int, default=8091, help="0 = any free port (see --port-file)")
     p.add_argument("--device", default="cpu", help="where the variant's tensors live: cpu or cuda[:N]")

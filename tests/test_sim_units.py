@@ -1,0 +1,89 @@
+"""ttssim without a server: config, model arithmetic, audio rules (fast; the HTTP tests are in test_sim_api etc.)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tts_predictor.metrics import syncs_per_step
+from ttssim.audio import Voice
+from ttssim.config import AudioConfig, ModelConfig, SimConfig, load_config
+from ttssim.model import call_shapes, predict_total_step_s, predict_ttfa_s, step_target_s
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_default_yaml_equals_builtin_defaults():
+    data = yaml.safe_load((REPO / "configs/sim/default.yaml").read_text())
+    builtin = SimConfig().as_dict()
+    for section, values in data.items():
+        for key, value in values.items():
+            expected = builtin[section][key]
+            assert (list(expected) if isinstance(expected, tuple) else expected) == value, f"{section}.{key}"
+    assert load_config(REPO / "configs/sim/default.yaml") == SimConfig()
+
+
+def test_fast_yaml_loads_and_overrides_apply():
+    cfg = load_config(REPO / "configs/sim/fast.yaml", ["model.extra_step_pct=5", "faults.error_burst={after: 2}"])
+    assert cfg.model.max_batch_size == 16 and cfg.model.extra_step_pct == 5.0
+    assert cfg.faults.error_burst == {"after": 2, "length": 1, "status": 500, "every": 0}
+
+
+@pytest.mark.parametrize("override", ["model.base_msx=1", "model.base_ms=fast", "model.max_batch_size=0",
+                                      "nosection.key=1", "faults.error_burst={status: 200}", "model.base_ms=-1",
+                                      "server.sync_sample_calls=some"])
+def test_bad_config_is_refused(override):
+    with pytest.raises(ValueError):
+        load_config(None, [override])
+
+
+def test_call_shapes_are_one_prefill_and_fourteen_decodes():
+    shapes = call_shapes(16)
+    assert shapes[0] == (2, 2) and len(shapes) == 15
+    assert shapes[1:] == [(1, s) for s in range(3, 17)]
+
+
+def test_step_target_known_answer():
+    m = ModelConfig(base_ms=2.0, per_request_ms=1.0, prefill_ms=5.0, stall_us_per_sync=10.0)
+    # 2 + 8*1 + 1*5 = 15 ms rest, + 3 ms variant, + 188 syncs * 10 µs = 1.88 ms
+    assert step_target_s(m, 8, 1, 0.003, syncs_per_step("original", 8), "cpu") == pytest.approx(0.01988)
+    assert step_target_s(m, 8, 1, 0.003, 188, "cuda") == pytest.approx(0.018)  # no modelled stall on CUDA
+    inj = dataclasses.replace(m, extra_step_ms=4.0, extra_step_pct=10.0)
+    assert step_target_s(inj, 8, 1, 0.003, 188, "cpu") == pytest.approx(0.01988 * 1.1 + 0.004)
+
+
+def test_predict_total_equals_sum_of_step_targets():
+    m = ModelConfig(extra_step_pct=3.0, extra_step_ms=1.0)
+    batches, admitted, per_step_variant = [1, 4, 4, 9, 2], [1, 3, 0, 5, 0], 0.002
+    total = sum(step_target_s(m, b, a, per_step_variant, syncs_per_step("original", b), "cpu")
+                for b, a in zip(batches, admitted, strict=True))
+    calls = 15 * len(batches)
+    tokens = sum(16 * b for b in batches)
+    pred = predict_total_step_s(m, variant="original", steps=len(batches), batch_requests=sum(batches),
+                                admitted=sum(admitted), calls=calls, tokens=tokens,
+                                variant_s=per_step_variant * len(batches))
+    assert pred == pytest.approx(total)
+
+
+def test_default_ttfa_is_near_the_public_c1_number():
+    """[CI] c=1 TTFP 141 ms on an H100; with H100-like variant time (15 x 41.6 µs) the model should be close."""
+    cfg = SimConfig()
+    ttfa = predict_ttfa_s(cfg.model, cfg.audio.chunk_frames, "original", 15 * 41.6e-6)
+    assert 0.120 < ttfa < 0.160
+
+
+def test_audio_length_rule_and_determinism():
+    v = Voice(AudioConfig())
+    assert v.num_frames("a" * 100, 2048) == 80  # 0.8 frames per character
+    assert v.num_frames("hi", 2048) == 12  # at least a second
+    assert v.num_frames("a" * 1000, 50) == 50  # capped by max_new_tokens
+    rows = v.frame_index("Hello there", 30)
+    pcm = v.pcm(rows)
+    assert pcm == Voice(AudioConfig()).pcm(Voice(AudioConfig()).frame_index("Hello there", 30))
+    samples = np.frombuffer(pcm, dtype="<i2")
+    assert samples.size == 30 * 2000 and np.sqrt(np.mean(samples.astype(float) ** 2)) > 1000
+    assert v.pcm(v.frame_index("Other text!", 30)) != pcm
