@@ -211,6 +211,11 @@ class Session:
 
     def on_test_start(self) -> None:
         self._final_sent = False
+        lag_file = os.environ.get("TTS_LOADGEN_LAG_FILE")
+        if lag_file and self.role != "master":
+            import gevent
+
+            gevent.spawn(loop_lag_probe, lag_file)
 
     # --- master side --------------------------------------------------------------------------------------
 
@@ -341,6 +346,21 @@ class Session:
             if w is not None:
                 w.close()
         log.info("run folder: %s (%d request records)", run_dir, manifest["requests_lines"])
+
+
+def loop_lag_probe(path: str, interval_s: float = 0.01) -> None:
+    """Benchmark aid: how late a ready greenlet runs (the delay the client adds to any awaited byte).
+
+    Appends one lateness value (seconds) per wake-up; enabled by TTS_LOADGEN_LAG_FILE.
+    """
+    import gevent
+
+    with open(path, "a", encoding="utf-8") as f:
+        while True:
+            t = time.perf_counter()
+            gevent.sleep(interval_s)
+            f.write(f"{time.perf_counter() - t - interval_s:.6f} {time.time():.3f}\n")
+            f.flush()
 
 
 def _locust_version() -> str | None:

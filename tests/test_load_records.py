@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -35,7 +36,7 @@ def test_written_per_line_and_unrounded(tmp_path):
     got = read_requests(p)
     assert got[0] == rec() and got[0].ttfa_s == 0.123456789012345 and got[0].t_start == 1796051742.1250868
     assert got[1].error == "http 500"
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         rec().ok = False  # frozen
 
 
