@@ -18,7 +18,7 @@ QUICK ?=
 RESUME ?=
 DRY_RUN ?=
 
-.PHONY: help venv test lint micro serve ab demo report test-engine clean
+.PHONY: help venv test lint micro serve load ab demo report test-engine bench-sim bench-load clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
@@ -26,7 +26,9 @@ help:
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
 	@echo "make ab        A=original B=fixed BACKEND=sim|vllm ROUNDS=3 SCENARIO=... [RESUME=reports/<run>]"
+	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
+	@echo "make bench-sim / bench-load   simulator fidelity / load-generator overhead benchmarks (reports/bench/)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +52,17 @@ micro: $(STAMP)
 serve: $(STAMP)
 	$(PY) -m ttssim.launch --variant $(VARIANT) --port $(PORT) --device $(DEVICE) --config $(SIM_CONFIG) \
 		$(if $(BACKEND),--backend $(BACKEND),) $(if $(DRY_RUN),--dry-run,)
+
+HOST ?= http://127.0.0.1:$(PORT)
+LOAD_SCENARIO ?= configs/scenarios/smoke.yaml
+load: $(STAMP)
+	$(VENV)/bin/locust -f loadtest/tts.py --headless --host $(HOST) --scenario $(LOAD_SCENARIO) --variant $(VARIANT)
+
+bench-sim: $(STAMP)
+	$(PY) -m ttssim.bench
+
+bench-load: $(STAMP)
+	$(PY) -m loadtest.bench --out reports/bench/loadgen.md
 
 ab: $(STAMP)
 	$(PY) -m loadtest.ab --a $(A) --b $(B) --backend $(or $(BACKEND),sim) --rounds $(ROUNDS) --aa-rounds $(AA_ROUNDS) \
