@@ -46,10 +46,10 @@ class Metric:
 # The definitions of every metric: per block and concurrency level, measure phase only.
 METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("throughput_rps", "throughput", "req/s", "higher",
-           "ok requests that started in the measure phase / measure window (counters' duration_s, "
-           "else the spread of measure start times x n/(n-1))"),
+           "ok requests completed inside the measure window (between the scraper's start and end snapshots) / its "
+           "length; without snapshots: ok requests started in the measure phase / counters' duration_s"),
     Metric("audio_throughput", "audio throughput", "audio-s/s", "higher",
-           "sum of audio_s of those ok requests / measure window"),
+           "audio seconds of those completed ok requests / measure window"),
     Metric("e2e_p50", "p50 latency", "s", "lower", "median end-to-end latency of ok measure requests"),
     Metric("e2e_p90", "p90 latency", "s", "lower", "90th percentile end-to-end latency (numpy linear interpolation)"),
     Metric("e2e_p99", "p99 latency", "s", "lower", "99th percentile end-to-end latency (numpy linear interpolation)"),
@@ -152,29 +152,59 @@ def _deltas(counters: list[dict]) -> dict[int, dict]:
     return {int(c["concurrency"]): c for c in counters if c.get("kind") == "delta" and c.get("concurrency") is not None}
 
 
-def level_stats(requests: list[dict], delta: dict | None) -> dict:
-    """Metrics of one block at one level (measure phase only), per the METRICS table."""
+def _edges(counters: list[dict]) -> dict[int, tuple[float, float]]:
+    """Measure window per level from the scraper's start/end snapshots (absolute epoch seconds)."""
+    start: dict[int, float] = {}
+    out: dict[int, tuple[float, float]] = {}
+    for c in counters:
+        if c.get("kind") != "snapshot" or c.get("concurrency") is None or c.get("t") is None:
+            continue
+        lv = int(c["concurrency"])
+        if c.get("edge") == "start":
+            start[lv] = float(c["t"])
+        elif c.get("edge") == "end" and lv in start and float(c["t"]) > start[lv]:
+            out[lv] = (start[lv], float(c["t"]))
+    return out
+
+
+def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, float] | None = None,
+                block_requests: list[dict] | None = None) -> dict:
+    """Metrics of one block at one level (measure phase only), per the METRICS table.
+
+    With the window's edges known, throughput counts ok completions inside the window, whatever phase they started
+    in: it needs no drain after the last level and no assumption about requests cut at the end. Without edges it
+    falls back to ok requests started in the measure phase / window length.
+    """
     meas = [r for r in requests if r.get("phase") == "measure"]
     ok = [r for r in meas if r.get("ok")]
     n_all, n_ok = len(meas), len(ok)
-    window = _f(delta.get("duration_s")) if delta else None
-    window_src = "counters"
-    if not window:
-        starts = np.array([r["t_start"] for r in meas], dtype=float)
-        window = float((starts.max() - starts.min()) * len(starts) / (len(starts) - 1)) if len(starts) > 1 else None
-        window_src = "records"
+    if edges:
+        a, b = edges
+        window, window_src = b - a, "snapshots"
+        done = [r for r in (block_requests or requests) if r.get("ok") and r.get("e2e_s") is not None
+                and a <= r["t_start"] + r["e2e_s"] < b]
+        n_thr, audio_thr = len(done), float(sum(r.get("audio_s") or 0.0 for r in done))
+    else:
+        window = _f(delta.get("duration_s")) if delta else None
+        window_src = "counters"
+        if not window:
+            starts = np.array([r["t_start"] for r in meas], dtype=float)
+            window = float((starts.max() - starts.min()) * len(starts) / (len(starts) - 1)) if len(starts) > 1 else None
+            window_src = "records"
+        n_thr, audio_thr = n_ok, float(sum(r.get("audio_s") or 0.0 for r in ok))
     e2e = np.array([r["e2e_s"] for r in ok if r.get("e2e_s") is not None], dtype=float)
     ttfa = np.array([r["ttfa_s"] for r in ok if r.get("ttfa_s") is not None], dtype=float)
     audio = np.array([r.get("audio_s") or 0.0 for r in ok], dtype=float)
     rtf = np.array([r["rtf"] for r in ok if r.get("rtf") is not None], dtype=float)
 
-    def q(a, p):
-        return _f(np.percentile(a, p)) if a.size else None
+    def q(x, p):
+        return _f(np.percentile(x, p)) if x.size else None
 
     out = {
         "n": n_all, "n_ok": n_ok, "n_error": n_all - n_ok, "window_s": window, "window_source": window_src,
-        "throughput_rps": _f(n_ok / window) if window else None,
-        "audio_throughput": _f(audio.sum() / window) if window else None,
+        "completed_in_window": n_thr,
+        "throughput_rps": _f(n_thr / window) if window else None,
+        "audio_throughput": _f(audio_thr / window) if window else None,
         "e2e_p50": q(e2e, 50), "e2e_p90": q(e2e, 90), "e2e_p99": q(e2e, 99),
         "ttfa_p50": q(ttfa, 50), "rtf_p50": q(rtf, 50),
         "error_rate": _f((n_all - n_ok) / n_all) if n_all else None,
@@ -251,8 +281,8 @@ def block_summary(block: dict) -> dict:
     for r in block["requests"]:
         if r.get("concurrency") is not None:
             by_level.setdefault(int(r["concurrency"]), []).append(r)
-    deltas = _deltas(block["counters"])
-    levels = {str(c): level_stats(by_level[c], deltas.get(c)) for c in sorted(by_level)}
+    deltas, edges = _deltas(block["counters"]), _edges(block["counters"])
+    levels = {str(c): level_stats(by_level[c], deltas.get(c), edges.get(c), block["requests"]) for c in sorted(by_level)}
     check = manipulation_check(meta.get("variant"), block["counters"])
     status = meta.get("status")
     valid = status == "complete" and check["ok"] and bool(levels)
