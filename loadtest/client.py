@@ -17,6 +17,9 @@ SAMPLE_RATE = 24000
 BYTES_PER_SAMPLE = 2
 SPEECH_PATH = "/v1/audio/speech"
 READ_SIZE = 64 * 1024
+# A response can never be longer than max_new_tokens (4096) frames at 12 Hz of 24 kHz PCM16 (~16.4 MB); twice that
+# bounds the client's memory when a broken server streams without end.
+MAX_RESPONSE_BYTES = 2 * (4096 * SAMPLE_RATE // 12) * BYTES_PER_SAMPLE
 
 
 class Response(Protocol):
@@ -57,6 +60,7 @@ def run_request(
     *,
     expected_s: tuple[float, float] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    max_bytes: int = MAX_RESPONSE_BYTES,
 ) -> Outcome:
     """POST one speech request. TTFA = first non-empty body chunk; E2E = last byte (not headers)."""
     t0 = clock()
@@ -90,6 +94,9 @@ def run_request(
                 if ttfa is None:
                     ttfa = clock() - t0
                 nbytes += len(chunk)
+                if nbytes > max_bytes:
+                    return _fail(f"response exceeds {max_bytes} bytes: reading stopped", status, ttfa, clock() - t0,
+                                 nbytes)
                 if mode == "wav":
                     parts.append(chunk)
                 elif not nonzero and chunk.count(0) != len(chunk):

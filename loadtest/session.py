@@ -18,6 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadtest.client import GeventTransport, Outcome, run_request
 from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
@@ -52,6 +53,35 @@ def add_options(parser) -> None:
     g.add_argument("--variant", default="", help="variant label written into the records (e.g. original)")
     g.add_argument("--model", default=DEFAULT_MODEL, help="model name sent in each request")
     g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
+    g.add_argument("--ready-timeout", type=float, default=10.0,
+                   help="seconds to wait for <host>/health to answer 200 before the run starts (0: do not check)")
+
+
+def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep) -> None:
+    """Poll <host>/health until it answers 200; ValueError with the last reason after timeout_s (bounded per try)."""
+    import urllib.error
+    import urllib.request
+
+    if urlsplit(host).scheme not in ("http", "https") or not urlsplit(host).hostname:
+        raise ValueError(f"--host must be http(s)://host[:port], got {host!r}")
+    deadline = clock() + timeout_s
+    last = "no answer"
+    while True:
+        left = deadline - clock()
+        try:
+            with urllib.request.urlopen(host + "/health", timeout=max(0.1, min(2.0, left))) as r:
+                if r.status == 200:
+                    return
+                last = f"/health answered HTTP {r.status}"
+        except urllib.error.HTTPError as e:
+            last = f"/health answered HTTP {e.code}"
+        except (OSError, ValueError) as e:  # URLError, refused, timeout, reset
+            reason = getattr(e, "reason", None) or e
+            last = f"{type(reason).__name__}: {str(reason)[:160]}"
+        if clock() >= deadline:
+            raise ValueError(f"server {host} not ready within {timeout_s:g} s ({last}); "
+                             f"is it running? (--ready-timeout sets the wait)")
+        sleep(min(0.25, max(0.0, deadline - clock())))
 
 
 def git_revision() -> str | None:
@@ -113,6 +143,12 @@ class Session:
             targets = [host + "/metrics"] if host else []
         load_corpus(scenario.prompts)  # fail now, with the file name, rather than in every user
         load_voice(scenario.voice)
+        if not host:
+            raise ValueError("--host is required (the server URL, e.g. http://127.0.0.1:8091)")
+        if o.request_timeout < 0 or o.ready_timeout < 0:
+            raise ValueError("--request-timeout and --ready-timeout must not be negative")
+        if o.ready_timeout:
+            wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
             "seed": seed, "variant": o.variant or None, "model": o.model, "host": host, "metrics_urls": targets,

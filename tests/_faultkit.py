@@ -1,0 +1,136 @@
+"""Shared helpers of the fault, bad-input and security tests (issue 7): scenarios, a watched Locust run, file checks.
+
+Not a test module (leading underscore); imported by tests/test_faults_*.py, test_badinput_*.py, test_security_*.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py")]
+
+
+def write_scenario(tmp_path: Path, steps=(4,), warmup=0.5, measure=3.0, drain=0.5, timeout_s=30, name="fault",
+                   **extra) -> Path:
+    doc = {"schema": "tts-scenario/1", "name": name, "seed": 7, "mix": {"short": 3, "medium": 1, "long": 0},
+           "timeout_s": timeout_s, "phases": {"warmup_s": warmup, "measure_s": measure, "drain_s": drain},
+           "steps": list(steps), **extra}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(json.dumps(doc))  # JSON is YAML
+    return p
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (for 'unreachable' URLs; never used to bind a server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def intact_lines(path: Path) -> list[dict]:
+    """Every line of a JSONL file parses and the file ends with a newline: no truncated record."""
+    raw = path.read_bytes()
+    assert raw == b"" or raw.endswith(b"\n"), f"{path}: last line truncated: {raw[-200:]!r}"
+    out = []
+    for i, line in enumerate(raw.decode("utf-8").splitlines()):
+        try:
+            out.append(json.loads(line))
+        except ValueError as e:
+            raise AssertionError(f"{path}:{i + 1} is not valid JSON ({e}): {line[:200]!r}") from None
+    return out
+
+
+def complete_lines(path: Path) -> list[str]:
+    """The whole lines of a file that may be being appended to right now (a partial last line is left out)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return raw.decode("utf-8", "replace").split("\n")[:-1]
+
+
+class WatchedRun:
+    """Locust headless in the background; snapshots requests.jsonl at the first failed record (the fault moment).
+
+    After the run, `before` holds the lines that existed when the fault was first seen; a test checks they are all
+    still there, unchanged and in order (records written before a fault are never lost or rewritten).
+    """
+
+    def __init__(self, url: str, scenario: Path, run_dir: Path, *extra: str, env: dict | None = None):
+        self.run_dir = run_dir
+        self.cmd = [*LOCUST, "--headless", "--host", url, "--scenario", str(scenario), "--run-dir", str(run_dir),
+                    "--csv", str(run_dir / "locust"), "--only-summary", *extra]
+        self.env = env
+        self.before: list[str] | None = None
+        self.elapsed: float | None = None
+        self.returncode: int | None = None
+        self.output = ""
+
+    def run(self, timeout_s: float = 60.0, fault_seen=None) -> WatchedRun:
+        """fault_seen: optional callable; default = a failed record is in the file."""
+        req = self.run_dir / "requests.jsonl"
+        seen = fault_seen or (lambda: any('"ok":false' in line for line in complete_lines(req)))
+        t0 = time.monotonic()
+        with open(self.run_dir.parent / f"{self.run_dir.name}.out", "w+") as out:
+            proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+            try:
+                while proc.poll() is None:
+                    if self.before is None and seen():
+                        self.before = complete_lines(req)
+                    if time.monotonic() - t0 > timeout_s:
+                        raise AssertionError(f"Locust still running after {timeout_s} s")
+                    time.sleep(0.05)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+            out.seek(0)
+            self.output = out.read()
+        self.elapsed = time.monotonic() - t0
+        self.returncode = proc.returncode
+        return self
+
+    def records(self) -> list[dict]:
+        return intact_lines(self.run_dir / "requests.jsonl")
+
+    def check_kept(self) -> list[dict]:
+        """Files intact, manifest counts every line, and every line seen at the fault moment is still there."""
+        recs = self.records()
+        counters = intact_lines(self.run_dir / "counters.jsonl")
+        man = json.loads((self.run_dir / "manifest.json").read_text())
+        assert man["requests_lines"] == len(recs) and man["counters_lines"] == len(counters)
+        assert self.before is not None, "the fault was never seen in the records"
+        final = (self.run_dir / "requests.jsonl").read_text().split("\n")[:-1]
+        assert final[: len(self.before)] == self.before, "records written before the fault changed or vanished"
+        for r in recs:
+            assert r["schema"] == "tts-request/1"
+            assert r["ok"] == (r["error"] is None), r
+        return recs
+
+
+def tree_text(folder: Path) -> str:
+    """All bytes under a folder, decoded leniently (to search for leaked secrets)."""
+    parts = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            parts.append(p.name + "\n" + p.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(parts)
+
+
+def without_docker_path() -> str:
+    """A PATH with no `docker` executable on it (Docker absent), keeping python and bash."""
+    keep = []
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if d and not os.path.exists(os.path.join(d, "docker")):
+            keep.append(d)
+    path = os.pathsep.join(keep)
+    assert shutil.which("docker", path=path) is None
+    return path
