@@ -38,7 +38,7 @@ DONE = ("complete", "invalid")  # a resumed run does not repeat these; failed / 
 DEMO = {"a": "original", "b": "fixed", "backend": "sim", "rounds": 3, "aa_rounds": 1,
         "scenario": "configs/scenarios/demo.yaml", "sim_config": "configs/sim/fast.yaml",
         "sim_set": ["model.max_batch_size=256", "model.max_waiting=1024"], "levels": "8,64,256",
-        "warmup_s": 2.0, "measure_s": 4.0, "drain_s": 0.0, "name": None, "seed": None}
+        "warmup_s": 2.0, "measure_s": 4.0, "drain_s": 0.0, "name": None, "seed": None, "scenario_set": []}
 SERVER_STOP_S = 15.0
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a block counts as hung
 
@@ -108,9 +108,15 @@ def make_plan(rounds: int, aa_rounds: int, a: str, b: str, seed: int) -> list[di
     return plan
 
 
-def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | None) -> Path:
-    """Copy the scenario into the run folder, with phase lengths / levels overridden if asked (recorded, hashed)."""
+def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | None,
+                       sets: list[str] | None = None) -> Path:
+    """Copy the scenario into the run folder, with phase lengths / levels / keys overridden if asked (recorded, hashed)."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for kv in sets or []:
+        key, _, value = kv.partition("=")
+        if not key or not _:
+            raise ValueError(f"--scenario-set wants KEY=VALUE, got {kv!r}")
+        data[key] = yaml.safe_load(value)
     if phases:
         data["phases"] = {**data.get("phases", {}), **phases}
     if levels:
@@ -369,6 +375,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--measure-s", type=float, help="override the scenario's measure phase per step")
     p.add_argument("--drain-s", type=float, help="override the scenario's drain per step")
     p.add_argument("--levels", help="override the concurrency steps, e.g. 8,64")
+    p.add_argument("--scenario-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a top-level scenario key (YAML value), e.g. 'mix={short: 1}'")
     p.add_argument("--seed", type=int, default=None, help="seed of the A/B order (default: random, recorded)")
     p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for /health per block")
     p.add_argument("--out", default="reports", help="parent folder of the run folder")
@@ -405,13 +413,13 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
               if v is not None}
     levels = [int(x) for x in a.levels.split(",")] if a.levels else None
     try:
-        effective_scenario(scen, run / "scenario.yaml", phases, levels)
+        effective_scenario(scen, run / "scenario.yaml", phases, levels, a.scenario_set)
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
         shutil.rmtree(run)
         raise SystemExit(f"error: scenario {scen}: {e}") from None
     settings = {"a": a.a, "b": a.b, "backend": a.backend, "rounds": a.rounds, "aa_rounds": a.aa_rounds,
                 "scenario": str(scen), "sim_config": a.sim_config, "sim_set": a.sim_set, "b_sim_set": a.b_sim_set,
-                "phase_overrides": phases, "levels_override": levels, "ready_timeout_s": a.ready_timeout,
+                "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set, "ready_timeout_s": a.ready_timeout,
                 "micro": a.micro}
     manifest = {
         "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(), "ended": None, "status": "planned",

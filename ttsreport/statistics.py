@@ -172,8 +172,9 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
     """Metrics of one block at one level (measure phase only), per the METRICS table.
 
     With the window's edges known, throughput counts ok completions inside the window, whatever phase they started
-    in: it needs no drain after the last level and no assumption about requests cut at the end. Without edges it
-    falls back to ok requests started in the measure phase / window length.
+    in: it needs no drain after the last level, where requests still running at the stop are never recorded (a
+    lifetime-share estimator was tried and is biased there for that reason). Without edges it falls back to ok
+    requests started in the measure phase / window length.
     """
     meas = [r for r in requests if r.get("phase") == "measure"]
     ok = [r for r in meas if r.get("ok")]
@@ -184,6 +185,7 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
         done = [r for r in (block_requests or requests) if r.get("ok") and r.get("e2e_s") is not None
                 and a <= r["t_start"] + r["e2e_s"] < b]
         n_thr, audio_thr = len(done), float(sum(r.get("audio_s") or 0.0 for r in done))
+        completed = n_thr
     else:
         window = _f(delta.get("duration_s")) if delta else None
         window_src = "counters"
@@ -192,6 +194,7 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
             window = float((starts.max() - starts.min()) * len(starts) / (len(starts) - 1)) if len(starts) > 1 else None
             window_src = "records"
         n_thr, audio_thr = n_ok, float(sum(r.get("audio_s") or 0.0 for r in ok))
+        completed = n_ok
     e2e = np.array([r["e2e_s"] for r in ok if r.get("e2e_s") is not None], dtype=float)
     ttfa = np.array([r["ttfa_s"] for r in ok if r.get("ttfa_s") is not None], dtype=float)
     audio = np.array([r.get("audio_s") or 0.0 for r in ok], dtype=float)
@@ -202,7 +205,7 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
 
     out = {
         "n": n_all, "n_ok": n_ok, "n_error": n_all - n_ok, "window_s": window, "window_source": window_src,
-        "completed_in_window": n_thr,
+        "completed_in_window": completed,
         "throughput_rps": _f(n_thr / window) if window else None,
         "audio_throughput": _f(audio_thr / window) if window else None,
         "e2e_p50": q(e2e, 50), "e2e_p90": q(e2e, 90), "e2e_p99": q(e2e, 99),
@@ -488,6 +491,32 @@ def _distributions(run: dict, summaries: list[dict], levels: list[str]) -> dict:
     return arms
 
 
+def compare(summaries: list[dict], levels: list[str], s: Settings, metrics=VERDICT_METRICS) -> tuple[dict, int, int, float]:
+    """Per level and metric: differences over rounds, intervals, A/A floor, verdict. Also used by the calibration."""
+    k = max(len(levels), 1)
+    level_cl = 1.0 - (1.0 - s.confidence) / k  # Bonferroni: every level's CI at 1 - alpha/k keeps the family-wise level
+    ab, aa = _pairs(summaries, "ab"), _pairs(summaries, "aa")
+    per_level: dict = {}
+    for i, lv in enumerate(levels):
+        row = {}
+        for metric in metrics:
+            st = diff_stats(_rel_diffs(ab, lv, metric), level_cl, s, s.seed + 1000 * i + VERDICT_METRICS.index(metric))
+            aa_d = _rel_diffs(aa, lv, metric)
+            st["aa_values"] = [float(v) for v in aa_d]
+            st["aa_floor"] = float(np.max(np.abs(aa_d))) if aa_d.size else None
+            st["rounds_for_margin"] = (rounds_for_halfwidth(st["sd"], s.margin_pct, level_cl, s.max_rounds)
+                                       if st["sd"] is not None else None)
+            row[metric] = st
+        per_level[lv] = row
+    for metric in metrics:  # Holm across levels on the per-level t tests (reported beside the CI verdict)
+        adj = holm([per_level[lv][metric]["p_value"] for lv in levels])
+        for lv, p in zip(levels, adj, strict=True):
+            st = per_level[lv][metric]
+            st["p_holm"] = p
+            st["verdict"] = decide(METRICS[metric].better, st, st["aa_floor"], level_cl, s.margin_pct, s.max_rounds)
+    return per_level, len(ab), len(aa), level_cl
+
+
 def summarize(run_dir: str | Path, settings: Settings | None = None, micro_path: str | Path | None = None) -> tuple[dict, dict]:
     """Compute summary.json and comparison.json for a run folder (pure: reads files, returns dicts)."""
     s = settings or Settings()
@@ -519,30 +548,9 @@ def summarize(run_dir: str | Path, settings: Settings | None = None, micro_path:
         "distributions": _distributions(run, summaries, levels), "notes": run["notes"],
     }
 
+    per_level, ab_n, aa_n, level_cl = compare(summaries, levels, s, metrics=VERDICT_METRICS)
     k = max(len(levels), 1)
-    alpha = 1.0 - s.confidence
-    level_cl = 1.0 - alpha / k  # Bonferroni: every level's CI at 1 - alpha/k keeps the family-wise level
-    ab, aa = _pairs(summaries, "ab"), _pairs(summaries, "aa")
     micro = read_micro(micro_path)
-    per_level = {}
-    for i, lv in enumerate(levels):
-        row = {}
-        for metric in VERDICT_METRICS:
-            st = diff_stats(_rel_diffs(ab, lv, metric), level_cl, s, s.seed + 1000 * i + VERDICT_METRICS.index(metric))
-            aa_d = _rel_diffs(aa, lv, metric)
-            floor = float(np.max(np.abs(aa_d))) if aa_d.size else None
-            st["aa_values"] = [float(v) for v in aa_d]
-            st["aa_floor"] = floor
-            st["rounds_for_margin"] = (rounds_for_halfwidth(st["sd"], s.margin_pct, level_cl, s.max_rounds)
-                                       if st["sd"] is not None else None)
-            row[metric] = st
-        per_level[lv] = row
-    for metric in VERDICT_METRICS:  # Holm across levels on the per-level t tests (reported beside the CI verdict)
-        adj = holm([per_level[lv][metric]["p_value"] for lv in levels])
-        for lv, p in zip(levels, adj, strict=True):
-            per_level[lv][metric]["p_holm"] = p
-            st = per_level[lv][metric]
-            st["verdict"] = decide(METRICS[metric].better, st, st["aa_floor"], level_cl, s.margin_pct, s.max_rounds)
     a_blocks = [b for b in summaries if b["valid"] and b["arm"] == "A" and b["kind"] == "ab"]
     b_blocks = [b for b in summaries if b["valid"] and b["arm"] == "B" and b["kind"] == "ab"]
     preds = {lv: prediction(lv, a_blocks, b_blocks, variants, micro) for lv in levels}
@@ -557,7 +565,7 @@ def summarize(run_dir: str | Path, settings: Settings | None = None, micro_path:
                      "margin_pct": s.margin_pct, "power": s.power, "n_resamples": s.n_resamples, "seed": s.seed,
                      "aa_floor": "max |relative difference| over A/A rounds at that level and metric",
                      "no_difference_rule": "whole CI inside ±max(margin, A/A floor)"},
-        "rounds": {"ab": len(ab), "aa": len(aa)}, "levels": levels, "primary_metric": PRIMARY_METRIC,
+        "rounds": {"ab": ab_n, "aa": aa_n}, "levels": levels, "primary_metric": PRIMARY_METRIC,
         "per_level": per_level, "prediction": preds,
     }
     return summary, comparison
