@@ -81,6 +81,7 @@ def plot_levels(summary: dict) -> str:
     for ax, (metric, title, scale) in zip(axes, specs, strict=True):
         if not _arm_line(ax, summary, metric, scale):
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="#888")
+        ax.set_ylim(bottom=0)  # a wide band of a few blocks may reach below zero: these quantities cannot
         ax.set_title(title, loc="left")
     axes[0].legend(loc="best")
     fig.text(0.99, -0.02, "bands: 95 % Student-t interval of the per-block values", ha="right", color="#777", fontsize=8)
@@ -94,7 +95,8 @@ def plot_distributions(summary: dict) -> str:
         return ""
     cols = min(len(levels), 6)
     rows = -(-len(levels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.1 * cols + 0.6, 2.0 * rows + 0.4), squeeze=False)
+    cols = max(cols, 4)  # the page scales an SVG to its width: keep the text size of the other plots
+    fig, axes = plt.subplots(rows, cols, figsize=(12.5, 2.3 * rows + 0.4), squeeze=False)
     probs = dist["probs"]
     for ax in axes.flat[len(levels):]:
         ax.axis("off")
