@@ -33,12 +33,14 @@ AB_SCHEMA = "tts-ab/1"
 BLOCK_SCHEMA = "tts-block/1"
 ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run does not repeat these; failed / interrupted blocks run again
-# `make demo`: must finish in 5 minutes on 2 cores, so 3 levels spanning 8-256, 6 s per level, and the quick simulator
-# opened up to batch 256 (fast.yaml caps batch 16 / queue 8, which would turn c=256 into 503s). 8 blocks of ~30 s.
+# `make demo`: must finish in 5 minutes on 2 cores, so 3 levels spanning 8-256, 6.5 s per level, short prompts only,
+# and the quick simulator opened up to batch 256 (fast.yaml caps batch 16 / queue 8, which turns c=256 into 503s).
+# 1 A/A + 3 A/B rounds = 8 blocks of ~30 s: the fewest rounds whose t interval can resolve the large simulated gap.
 DEMO = {"a": "original", "b": "fixed", "backend": "sim", "rounds": 3, "aa_rounds": 1,
         "scenario": "configs/scenarios/demo.yaml", "sim_config": "configs/sim/fast.yaml",
         "sim_set": ["model.max_batch_size=256", "model.max_waiting=1024"], "levels": "8,64,256",
-        "warmup_s": 2.0, "measure_s": 4.0, "drain_s": 0.0, "name": None, "seed": None, "scenario_set": []}
+        "warmup_s": 2.5, "measure_s": 4.0, "drain_s": 0.0, "scenario_set": ["mix={short: 1}"], "name": None,
+        "seed": None}
 SERVER_STOP_S = 15.0
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a block counts as hung
 
