@@ -59,7 +59,7 @@ load: $(STAMP)
 	$(VENV)/bin/locust -f loadtest/tts.py --headless --host $(HOST) --scenario $(LOAD_SCENARIO) --variant $(VARIANT)
 
 bench-sim: $(STAMP)
-	$(PY) -m ttssim.bench
+	$(PY) -m ttssim.bench $(if $(QUICK),--quick,)
 
 bench-load: $(STAMP)
 	$(PY) -m loadtest.bench --out reports/bench/loadgen.md
