@@ -152,6 +152,29 @@ def _deltas(counters: list[dict]) -> dict[int, dict]:
     return {int(c["concurrency"]): c for c in counters if c.get("kind") == "delta" and c.get("concurrency") is not None}
 
 
+def _sample_sum(samples: dict, name: str) -> float | None:
+    vals = [v for k, v in (samples or {}).items() if k == name or k.startswith(name + "{")]
+    return float(sum(vals)) if vals else None
+
+
+def _snapshot_deltas(counters: list[dict], name: str) -> dict[int, float]:
+    """Per level: end minus start of a counter in the raw snapshots (for names the delta lines do not carry)."""
+    start: dict[int, float] = {}
+    out: dict[int, float] = {}
+    for c in counters:
+        if c.get("kind") != "snapshot" or c.get("concurrency") is None:
+            continue
+        v = _sample_sum(c.get("samples"), name)
+        if v is None:
+            continue
+        lv = int(c["concurrency"])
+        if c.get("edge") == "start":
+            start[lv] = v
+        elif c.get("edge") == "end" and lv in start:
+            out[lv] = v - start[lv]
+    return out
+
+
 def _edges(counters: list[dict]) -> dict[int, tuple[float, float]]:
     """Measure window per level from the scraper's start/end snapshots (absolute epoch seconds)."""
     start: dict[int, float] = {}
@@ -285,7 +308,14 @@ def block_summary(block: dict) -> dict:
         if r.get("concurrency") is not None:
             by_level.setdefault(int(r["concurrency"]), []).append(r)
     deltas, edges = _deltas(block["counters"]), _edges(block["counters"])
-    levels = {str(c): level_stats(by_level[c], deltas.get(c), edges.get(c), block["requests"]) for c in sorted(by_level)}
+    stalls = _snapshot_deltas(block["counters"], pm.SIM_STALL_SECONDS)
+    levels = {}
+    for c in sorted(by_level):
+        row = level_stats(by_level[c], deltas.get(c), edges.get(c), block["requests"])
+        calls = (deltas.get(c) or {}).get("calls")
+        # simulator only: the GPU stall it sleeps per sync is not inside the host time of the call
+        row["stall_seconds_per_call"] = _f(stalls[c] / calls) if c in stalls and calls else None
+        levels[str(c)] = row
     check = manipulation_check(meta.get("variant"), block["counters"])
     status = meta.get("status")
     valid = status == "complete" and check["ok"] and bool(levels)
@@ -412,6 +442,9 @@ def prediction(level: str, a_blocks: list[dict], b_blocks: list[dict], variants:
 
     spc_a, spc_b = mean_of(a_blocks, "seconds_per_call"), mean_of(b_blocks, "seconds_per_call")
     source = "counters"
+    st_a, st_b = mean_of(a_blocks, "stall_seconds_per_call"), mean_of(b_blocks, "stall_seconds_per_call")
+    if spc_a is not None and spc_b is not None and st_a is not None and st_b is not None:
+        spc_a, spc_b, source = spc_a + st_a, spc_b + st_b, "counters (host time + simulated sync stall)"
     batch = mean_of(a_blocks, "mean_batch") or float(level)
     if micro:
         ma, mb = _interp_micro(micro, variants.get("A"), batch), _interp_micro(micro, variants.get("B"), batch)
