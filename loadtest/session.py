@@ -34,6 +34,7 @@ MSG_FLUSH = "tts_flush"
 SHIP_INTERVAL_S = 1.0
 FINAL_WAIT_S = 20.0
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+VARIANT_NAMES = ("original", "fixed", "vectorized")  # = tts_predictor.variants.VARIANTS, without importing torch
 
 
 class TTSFailure(Exception):
@@ -143,6 +144,8 @@ class Session:
             targets = [host + "/metrics"] if host else []
         load_corpus(scenario.prompts)  # fail now, with the file name, rather than in every user
         load_voice(scenario.voice)
+        if o.variant and o.variant not in VARIANT_NAMES:
+            raise ValueError(f"unknown variant {o.variant!r} (known: {', '.join(VARIANT_NAMES)})")
         if not host:
             raise ValueError("--host is required (the server URL, e.g. http://127.0.0.1:8091)")
         if o.request_timeout < 0 or o.ready_timeout < 0:
