@@ -57,8 +57,8 @@ ATTN_UTILS_PARAMS = (
 # sha256 of the dedented source of the stock method and of the class's __init__ in the vllm-omni 0.16.0 wheel:
 # our variants reproduce exactly this code and rely on the attributes this __init__ sets.
 TARGET_SOURCE_SHA256 = {
-    TARGET_METHOD: "@@METHOD_SHA@@",
-    "__init__": "@@INIT_SHA@@",
+    TARGET_METHOD: "431e86e1412ca3e277ed740f8347a4653ce935ce5211a89d0f4913ef94f2d543",
+    "__init__": "2ffe1e8f79584c19e8e5da4308145a1fc4fcd1f3edbffde3dd678f1be9591ed6",
 }
 MARK = "__tts_predictor_variant__"
 LOGGER_NAME = "vllm.tts_predictor.plugin"  # a child of vLLM's logger, so vLLM's handler prints it

