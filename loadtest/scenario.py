@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ class Scenario:
 def _number(where: str, value: Any, *, minimum: float = 0.0, allow_equal: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ScenarioError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value):  # YAML's .nan / .inf: an unbounded timeout or phase is never meant
+        raise ScenarioError(f"{where} must be a finite number, got {value!r}")
     if value < minimum or (not allow_equal and value == minimum):
         op = ">=" if allow_equal else ">"
         raise ScenarioError(f"{where} must be {op} {minimum}, got {value!r}")
