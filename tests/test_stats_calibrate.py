@@ -14,10 +14,10 @@ def test_calibration_detects_known_effect_and_reports_rates(tmp_path, capsys):
     assert calibrate.main([str(pool), "--rounds", "5", "--experiments", "40", "--out", str(out)]) == 0
     text = out.read_text()
     assert "false-positive rate" in text and "detection rate at c=16" in text
-    det = next(line for line in text.splitlines() if line.startswith("| detection rate at c=16"))
-    fpr = next(line for line in text.splitlines() if line.startswith("| false-positive rate"))
-    assert det.split("|")[2].strip().startswith("40/40")  # a 5 % effect at 0.4 % noise: always found
-    assert int(fpr.split("|")[2].strip().split("/")[0]) <= 6  # A/A: rarely a claim
+    det = next(line for line in text.splitlines() if line.startswith("| 5 | detection rate at c=16"))
+    fpr = next(line for line in text.splitlines() if line.startswith("| 5 | false-positive rate"))
+    assert det.split("|")[3].strip().startswith("40/40")  # a 5 % effect at 0.4 % noise: always found
+    assert int(fpr.split("|")[3].strip().split("/")[0]) <= 6  # A/A: rarely a claim
     assert "CI half-width" in text
 
 

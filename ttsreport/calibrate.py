@@ -84,33 +84,12 @@ def halfwidth_within_budget(summaries: list[dict], level: str, budget_s: float, 
             "t_half_width": None if res.get("ci_t") is None else (res["ci_t"][1] - res["ci_t"][0]) / 2}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ttsreport.calibrate", description=__doc__.splitlines()[0])
-    ap.add_argument("pool", help="A/B run folder: same variant both arms, known delay on B, many A/A rounds")
-    ap.add_argument("--rounds", type=int, default=5, help="A/B rounds per drawn experiment (plus 1 A/A round)")
-    ap.add_argument("--experiments", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--level", default=None, help="level for the half-width target (default: the highest <= 64)")
-    ap.add_argument("--budget-s", type=float, default=600.0, help="time per arm for the half-width target")
-    ap.add_argument("--out", default=None, help="write the Markdown result here (e.g. reports/bench/verdicts.md)")
-    a = ap.parse_args(argv)
-    pool = Path(a.pool)
-    run = st.load_run(pool)
-    summaries = [st.block_summary(b) for b in run["blocks"]]
-    levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
-    ab_pairs, aa_pairs = pool_pairs(summaries)
-    R = a.rounds
-    if len(ab_pairs) < R or len(aa_pairs) < R + 1:
-        print(f"error: pool has {len(ab_pairs)} A/B and {len(aa_pairs)} A/A valid rounds; need >= {R} and >= {R + 1}",
-              file=sys.stderr)
-        return 2
-    settings = st.Settings(n_resamples=999)
-    rng = np.random.default_rng(a.seed)
+def draw(ab_pairs, aa_pairs, levels, settings, R: int, n: int, rng) -> list[str]:
+    """Table rows (Markdown) of n drawn detection and n drawn A/A experiments of R rounds each."""
     det = {lv: 0 for lv in levels}
-    det_all = fp_any = 0
     fp = {lv: 0 for lv in levels}
-    wrong_dir = 0
-    for _ in range(a.experiments):
+    det_all = fp_any = wrong_dir = 0
+    for _ in range(n):
         abs_ = [ab_pairs[i] for i in rng.choice(len(ab_pairs), R, replace=False)]
         floor = [aa_pairs[rng.integers(len(aa_pairs))]]
         res = experiment(abs_, floor, levels, settings)
@@ -127,31 +106,59 @@ def main(argv=None) -> int:
         for lv in levels:
             fp[lv] += claims[lv]
         fp_any += any(claims.values())
+    d_disjoint = min(len(ab_pairs) // R, len(aa_pairs))
+    f_disjoint = len(aa_pairs) // (R + 1)
+    rows = [f"| {R} | false-positive rate (A/A claims a difference at any level) | {rate(fp_any, n)} | <= 5 % "
+            f"| {f_disjoint} |"]
+    rows += [f"| {R} | detection rate at c={lv} (\"B slower\") | {rate(det[lv], n)} | >= 80 % | {d_disjoint} |"
+             for lv in levels]
+    if len(levels) > 1:
+        rows.append(f"| {R} | detection at every level | {rate(det_all, n)} | | {d_disjoint} |")
+    rows.append(f"| {R} | wrong direction (\"B faster\") | {rate(wrong_dir, n)} | 0 | {d_disjoint} |")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ttsreport.calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument("pool", help="A/B run folder: same variant both arms, known delay on B, many A/A rounds")
+    ap.add_argument("--rounds", default="5", help="A/B rounds per drawn experiment (plus 1 A/A round); a list: 5,8")
+    ap.add_argument("--experiments", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--level", default=None, help="level for the half-width target (default: the highest <= 64)")
+    ap.add_argument("--budget-s", type=float, default=600.0, help="time per arm for the half-width target")
+    ap.add_argument("--out", default=None, help="write the Markdown result here (e.g. reports/bench/verdicts.md)")
+    a = ap.parse_args(argv)
+    pool = Path(a.pool)
+    run = st.load_run(pool)
+    summaries = [st.block_summary(b) for b in run["blocks"]]
+    levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
+    ab_pairs, aa_pairs = pool_pairs(summaries)
+    settings = st.Settings(n_resamples=999)
+    table = []
+    for R in [int(x) for x in str(a.rounds).split(",")]:
+        if len(ab_pairs) < R or len(aa_pairs) < R + 1:
+            print(f"error: pool has {len(ab_pairs)} A/B and {len(aa_pairs)} A/A valid rounds; need >= {R} and >= "
+                  f"{R + 1}", file=sys.stderr)
+            return 2
+        table += draw(ab_pairs, aa_pairs, levels, settings, R, a.experiments, np.random.default_rng(a.seed))
     n = a.experiments
     level = a.level or max((lv for lv in levels if int(lv) <= 64), key=int, default=levels[-1])
     hw = halfwidth_within_budget(summaries, level, a.budget_s, pool)
     man = run["manifest"]
     sets = (man.get("settings") or {}).get("b_sim_set")
-    disjoint_det = min(len(ab_pairs) // R, len(aa_pairs))
-    disjoint_fp = len(aa_pairs) // (R + 1)
     lines = [
         "# Known-answer calibration of the verdicts (simulator)", "",
         f"Pool: `{pool}` — {len(ab_pairs)} valid A/B rounds (B with `{', '.join(sets or [])}`), {len(aa_pairs)} valid "
         f"A/A rounds, variants {man.get('variants')}, levels {levels}, scenario phases "
         f"{(man.get('settings') or {}).get('phase_overrides')}, scenario overrides "
         f"{(man.get('settings') or {}).get('scenario_set')}, sim config {(man.get('sim_config') or {}).get('path')}.",
-        f"Each drawn experiment: {R} A/B rounds + 1 A/A round (noise floor), verdict on throughput with the suite's "
+        f"Each drawn experiment: R A/B rounds + 1 A/A round (noise floor), verdict on throughput with the suite's "
         f"rule ({settings.confidence:.0%} family-wise, Bonferroni over {len(levels)} level(s), margin "
-        f"{settings.margin_pct} %). {n} experiments of each kind, drawn without replacement inside an experiment; they "
-        f"overlap, the pool holds about {disjoint_det} disjoint detection and {disjoint_fp} disjoint A/A experiments, "
-        "so read the intervals as optimistic.", "",
-        "| quantity | result | target |", "|---|---|---|",
-        f"| false-positive rate (A/A claims a difference at any level) | {rate(fp_any, n)} | <= 5 % |",
+        f"{settings.margin_pct} %). {n} experiments of each kind per R, drawn without replacement inside an "
+        "experiment; experiments overlap, so the binomial intervals are optimistic: the last column says how many "
+        "disjoint experiments the pool holds.", "",
+        "| R | quantity | result | target | disjoint |", "|---|---|---|---|---|", *table,
     ]
-    lines += [f"| detection rate at c={lv} (\"B slower\") | {rate(det[lv], n)} | >= 80 % |" for lv in levels]
-    if len(levels) > 1:
-        lines.append(f"| detection at every level | {rate(det_all, n)} | |")
-    lines.append(f"| wrong direction (\"B faster\") | {rate(wrong_dir, n)} | 0 |")
     lines += ["", f"## CI half-width within {a.budget_s / 60:.0f} min per arm at c={level}", ""]
     if hw["half_width"] is not None:
         sp = hw["split"]
