@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("vllm_omni", reason="engine venv only: make test-engine")
+pytestmark = pytest.mark.engine
+
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("original", "fixed", "vectorized")
 
