@@ -109,3 +109,18 @@ def test_server_that_does_not_start_fails_its_block_and_the_run_goes_on(tmp_path
     blocks = _blocks(tmp_path / "bad")
     assert len(blocks) == 2 and all(b["status"] == "failed" for b in blocks.values())
     assert all("server exited" in b["reason"] for b in blocks.values())
+
+
+def test_demo_preset_is_a_valid_run_description(tmp_path):
+    a = ab.parse_args(["--demo"])
+    for k, v in ab.DEMO.items():
+        setattr(a, k, v)
+    assert a.a == "original" and a.b == "fixed" and a.backend == "sim" and a.aa_rounds >= 1
+    phases = {"warmup_s": a.warmup_s, "measure_s": a.measure_s, "drain_s": a.drain_s}
+    out = ab.effective_scenario(ROOT / a.scenario, tmp_path / "s.yaml", phases,
+                                [int(x) for x in a.levels.split(",")], a.scenario_set)
+    from loadtest.scenario import load_scenario
+
+    sc = load_scenario(str(out))
+    assert min(s.concurrency for s in sc.steps) == 8 and max(s.concurrency for s in sc.steps) == 256
+    assert (ROOT / a.sim_config).is_file()

@@ -11,7 +11,7 @@ def test_calibration_detects_known_effect_and_reports_rates(tmp_path, capsys):
     pool = make_run(tmp_path / "pool", rounds=8, aa_rounds=8, slow_b=0.05, noise=0.004, seed=4, levels=(16,),
                     a="fixed", b="fixed")
     out = tmp_path / "verdicts.md"
-    assert calibrate.main([str(pool), "--rounds", "5", "--experiments", "40", "--out", str(out)]) == 0
+    assert calibrate.main([str(pool), "--rounds", "5", "--experiments", "40", "--parametric", "50", "--out", str(out)]) == 0
     text = out.read_text()
     assert "false-positive rate" in text and "detection rate at c=16" in text
     det = next(line for line in text.splitlines() if line.startswith("| 5 | detection rate at c=16"))
