@@ -536,7 +536,9 @@ def compare(summaries: list[dict], levels: list[str], s: Settings, metrics=VERDI
             st = diff_stats(_rel_diffs(ab, lv, metric), level_cl, s, s.seed + 1000 * i + VERDICT_METRICS.index(metric))
             aa_d = _rel_diffs(aa, lv, metric)
             st["aa_values"] = [float(v) for v in aa_d]
-            st["aa_floor"] = float(np.max(np.abs(aa_d))) if aa_d.size else None
+            # RMS: |d| for one A/A round; with more rounds it settles at the typical single-round A/A difference
+            # (bias and spread together) instead of growing like a maximum would
+            st["aa_floor"] = float(np.sqrt(np.mean(aa_d ** 2))) if aa_d.size else None
             st["rounds_for_margin"] = (rounds_for_halfwidth(st["sd"], s.margin_pct, level_cl, s.max_rounds)
                                        if st["sd"] is not None else None)
             row[metric] = st
@@ -596,7 +598,8 @@ def summarize(run_dir: str | Path, settings: Settings | None = None, micro_path:
                      "ci_method": "hull of BCa bootstrap (scipy.stats.bootstrap, seeded) and Student-t interval "
                                   "over per-round relative differences",
                      "margin_pct": s.margin_pct, "power": s.power, "n_resamples": s.n_resamples, "seed": s.seed,
-                     "aa_floor": "max |relative difference| over A/A rounds at that level and metric",
+                     "aa_floor": "root mean square of the relative differences of the A/A rounds at that level and metric "
+                                 "(|d| for one round)",
                      "no_difference_rule": "whole CI inside ±max(margin, A/A floor)"},
         "rounds": {"ab": ab_n, "aa": aa_n}, "levels": levels, "primary_metric": PRIMARY_METRIC,
         "per_level": per_level, "prediction": preds,
