@@ -71,8 +71,9 @@ def run_request(
     try:
         try:
             resp = transport.post(SPEECH_PATH, body, {"Content-Type": "application/json"})
-        except Exception as e:
-            return _fail(f"connect: {_short(e)}", None, None, clock() - t0, 0)
+        except Exception as e:  # the request went out, or not: a timeout here is a server that accepted and is silent
+            stage = "no response" if isinstance(e, TimeoutError) or "timed out" in str(e).lower() else "connect"
+            return _fail(f"{stage}: {_short(e)}", None, None, clock() - t0, 0)
         status = resp.status
         if status != 200:
             snippet = b""

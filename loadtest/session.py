@@ -32,6 +32,9 @@ MSG_PHASE = "tts_phase"
 MSG_RECORDS = "tts_records"
 MSG_FLUSH = "tts_flush"
 SHIP_INTERVAL_S = 1.0
+# Closed loop: after a request that could not even connect (server dead or restarting), the user waits this long
+# before its next try, so a dead server yields a few failure records per second per user, not thousands.
+CONNECT_BACKOFF_S = 0.25
 FINAL_WAIT_S = 20.0
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 VARIANT_NAMES = ("original", "fixed", "vectorized")  # = tts_predictor.variants.VARIANTS, without importing torch

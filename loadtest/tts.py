@@ -6,6 +6,7 @@ Wiring only: options, a user class and a load shape hooked to loadtest.session, 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import gevent
@@ -17,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from loadtest.scenario import ScenarioError  # noqa: E402
 from loadtest.session import (  # noqa: E402
+    CONNECT_BACKOFF_S,
     MSG_FLUSH,
     MSG_PHASE,
     MSG_RECORDS,
@@ -41,6 +43,10 @@ def _init(environment, runner=None, **_kw):
         _session = Session(environment, role)
     except (ScenarioError, ValueError, OSError) as e:
         raise SystemExit(f"error: {e}") from None
+    if role != "worker":
+        # Locust 2.47 installs its own SIGTERM handler only after a shape run returns: a SIGTERM during the run would
+        # kill the process with no manifest. Until then, treat SIGTERM as Ctrl-C, which Locust handles (stop, flush).
+        gevent.signal_handler(signal.SIGTERM, lambda: os.kill(os.getpid(), signal.SIGINT))
     if role == "master":
         runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _session.on_records_message(msg.node_id,
                                                                                                           msg.data))
@@ -100,7 +106,9 @@ class TTSUser(User):
         if s.scenario.loop == "closed":
             if self.transport is None:
                 self.transport = s.new_transport(self.host)
-            s.one_request(self.transport)
+            rec = s.one_request(self.transport)
+            if not rec.ok and rec.status is None and rec.error.startswith("connect"):
+                gevent.sleep(CONNECT_BACKOFF_S)
             return
         gevent.sleep(s.next_arrival_gap())
         ph = s.phase

@@ -18,7 +18,7 @@ from _faultkit import ROOT, intact_lines, write_scenario
 FAULTS = {
     # fault: (--b-sim-set value, extra args, what the block's reason must say, what B's records must say)
     "killed": ("faults.kill_after_steps=100", [], "server died", ("connect", "stream broken")),
-    "hung": ("faults.hang_after_requests=5", [], "", ("timed out", "timeout")),
+    "hung": ("faults.hang_after_requests=5", [], "", ("no response",)),
     "hung from the start": ("faults.hang_after_requests=0", ["--ready-timeout", "8"], "not ready within 8 s", None),
     "5xx burst": ("faults.error_burst={after: 3, length: 5, status: 500}", [], "", ("http 500",)),
     "cut streams": ("faults.cut_stream_every=2", [], "", ("stream broken",)),
