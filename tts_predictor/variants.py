@@ -178,15 +178,26 @@ def vectorized(query_lens, seq_lens, block_table, *, block_size: int, device) ->
         np.cumsum(ql, out=qsl[1:])
         num_tokens = int(qsl[n])
         max_seq_len = int(sl.max())
-        # token k of request r sits at position seq_len[r] - query_len[r] + (k - qsl[r])
-        shift = sl.astype(np.int64)
-        shift -= ql
-        shift -= qsl[:n]
-        pos = np.repeat(shift, ql)
-        pos += np.arange(num_tokens, dtype=np.int64)
-        flat, off = np.divmod(pos, block_size)
         bps = block_table.shape[1]
-        flat += np.repeat(np.arange(0, n * bps, bps, dtype=np.int64), ql)
+        q = num_tokens // n
+        if q * n == num_tokens and int(ql.max()) == q:
+            # every request has the same query length (all decodes, or all prefills): no repeat needed
+            # (n values, none above q, summing to n*q, are all q)
+            start = sl.astype(np.int64)
+            start -= q
+            pos = start if q == 1 else (start[:, None] + np.arange(q, dtype=np.int64)).ravel()
+            flat, off = np.divmod(pos, block_size)
+            rows = np.arange(0, n * bps, bps, dtype=np.int64)
+            flat += rows if q == 1 else np.repeat(rows, q)
+        else:
+            # token k of request r sits at position seq_len[r] - query_len[r] + (k - qsl[r])
+            shift = sl.astype(np.int64)
+            shift -= ql
+            shift -= qsl[:n]
+            pos = np.repeat(shift, ql)
+            pos += np.arange(num_tokens, dtype=np.int64)
+            flat, off = np.divmod(pos, block_size)
+            flat += np.repeat(np.arange(0, n * bps, bps, dtype=np.int64), ql)
 
     dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.type == "cpu":
@@ -196,8 +207,8 @@ def vectorized(query_lens, seq_lens, block_table, *, block_size: int, device) ->
     else:
         qsl_host = torch.from_numpy(qsl)
         qsl_d, seq_d, pos_d, off_d, flat_d = _upload(dev, qsl, sl, pos, off, flat)
-    table = block_table if block_table.is_contiguous() else block_table.contiguous()
-    slot_mapping = torch.add(off_d, table.view(-1).index_select(0, flat_d), alpha=block_size)
+    # slot = block id (gathered where the table lives) * block_size + offset; off_d is this call's own memory
+    slot_mapping = off_d.add_(torch.take(block_table, flat_d), alpha=block_size)
     return BatchLayout(
         num_tokens=num_tokens,
         max_seq_len=max_seq_len,
