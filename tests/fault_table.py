@@ -42,6 +42,18 @@ AB_FAULTS = [
 ]
 
 
+EXTRA = """## Also covered by tests, not tabulated
+
+- Slow readiness under Locust alone: `--ready-timeout` (default 10 s) polls `/health`; a server that binds 3 s late gets
+  a clean run with no failed record; one that is not ready in time gives one `error: server ... not ready within N s`
+  line, exit 1 and no run folder (tests/test_faults_locust.py).
+- SIGTERM and SIGINT in the middle of a Locust measure phase: exit within seconds, manifest written, every line written
+  before the signal still there (before this issue, SIGTERM killed Locust with no manifest: Locust 2.47 installs its
+  SIGTERM handler only after a shape run returns).
+- Interruption and resume of the A/B runner: tests/test_ab_runner.py (its owner's).
+"""
+
+
 def parse_file(path: Path) -> tuple[list[dict], int]:
     """(records, lines that do not parse or a missing final newline)."""
     if not path.exists():
@@ -148,6 +160,7 @@ def main() -> int:
         "|---|---|---|---|",
         *arows,
         "",
+        EXTRA,
     ])
     out = ROOT / "reports" / "bench" / "faults.md"
     out.write_text(text)
