@@ -18,7 +18,7 @@ QUICK ?=
 RESUME ?=
 DRY_RUN ?=
 
-.PHONY: help venv test lint micro serve load ab demo report test-engine bench-sim bench-load clean
+.PHONY: help venv test lint micro serve load ab demo report test-engine bench-sim bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
@@ -63,6 +63,12 @@ bench-sim: $(STAMP)
 
 bench-load: $(STAMP)
 	$(PY) -m loadtest.bench --out reports/bench/loadgen.md
+
+soak: $(STAMP)
+	$(PY) -m loadtest.soak
+
+faults-table: $(STAMP)
+	$(PY) tests/fault_table.py
 
 ab: $(STAMP)
 	$(PY) -m loadtest.ab --a $(A) --b $(B) --backend $(or $(BACKEND),sim) --rounds $(ROUNDS) --aa-rounds $(AA_ROUNDS) \
