@@ -33,14 +33,15 @@ AB_SCHEMA = "tts-ab/1"
 BLOCK_SCHEMA = "tts-block/1"
 ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run does not repeat these; failed / interrupted blocks run again
-# `make demo`: must finish in 5 minutes on 2 cores, so 3 levels spanning 8-256, 6.5 s per level, short prompts only,
+# `make demo`: must finish in 5 minutes on 2 cores, so 3 levels spanning 8-256, 6 s per level (+5 s drain after the
+# last, whose requests would otherwise be cut off unrecorded), short prompts only,
 # and the quick simulator opened up to batch 256 (fast.yaml caps batch 16 / queue 8, which turns c=256 into 503s).
 # 1 A/A + 3 A/B rounds = 8 blocks of ~30 s: the fewest rounds whose t interval can resolve the large simulated gap.
 DEMO = {"a": "original", "b": "fixed", "backend": "sim", "rounds": 3, "aa_rounds": 1,
         "scenario": "configs/scenarios/demo.yaml", "sim_config": "configs/sim/fast.yaml",
         "sim_set": ["model.max_batch_size=256", "model.max_waiting=1024"], "levels": "8,64,256",
-        "warmup_s": 2.5, "measure_s": 4.0, "drain_s": 0.0, "scenario_set": ["mix={short: 1}"], "name": None,
-        "seed": None}
+        "warmup_s": 2.0, "measure_s": 4.0, "drain_s": 0.0, "last_drain_s": 5.0, "scenario_set": ["mix={short: 1}"],
+        "name": None, "seed": None}
 SERVER_STOP_S = 15.0
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a block counts as hung
 
@@ -111,7 +112,7 @@ def make_plan(rounds: int, aa_rounds: int, a: str, b: str, seed: int) -> list[di
 
 
 def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | None,
-                       sets: list[str] | None = None) -> Path:
+                       sets: list[str] | None = None, last_drain_s: float | None = None) -> Path:
     """Copy the scenario into the run folder, with phase lengths / levels / keys overridden if asked (recorded, hashed)."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     for kv in sets or []:
@@ -123,6 +124,8 @@ def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | 
         data["phases"] = {**data.get("phases", {}), **phases}
     if levels:
         data["steps"] = [{"concurrency": c} for c in levels]
+    if last_drain_s is not None and data.get("steps"):
+        data["steps"][-1] = {**data["steps"][-1], "drain_s": last_drain_s}
     out.write_text(f"# effective scenario of this run, from {path}\n" + yaml.safe_dump(data, sort_keys=False),
                    encoding="utf-8")
     load_scenario(str(out))  # validate now: a bad override fails before any server starts
@@ -377,6 +380,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--measure-s", type=float, help="override the scenario's measure phase per step")
     p.add_argument("--drain-s", type=float, help="override the scenario's drain per step")
     p.add_argument("--levels", help="override the concurrency steps, e.g. 8,64")
+    p.add_argument("--last-drain-s", type=float, help="drain after the last step only (requests still running when "
+                   "Locust stops are never recorded, so the last level's latencies need it)")
     p.add_argument("--scenario-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a top-level scenario key (YAML value), e.g. 'mix={short: 1}'")
     p.add_argument("--seed", type=int, default=None, help="seed of the A/B order (default: random, recorded)")
@@ -415,13 +420,13 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
               if v is not None}
     levels = [int(x) for x in a.levels.split(",")] if a.levels else None
     try:
-        effective_scenario(scen, run / "scenario.yaml", phases, levels, a.scenario_set)
+        effective_scenario(scen, run / "scenario.yaml", phases, levels, a.scenario_set, a.last_drain_s)
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
         shutil.rmtree(run)
         raise SystemExit(f"error: scenario {scen}: {e}") from None
     settings = {"a": a.a, "b": a.b, "backend": a.backend, "rounds": a.rounds, "aa_rounds": a.aa_rounds,
                 "scenario": str(scen), "sim_config": a.sim_config, "sim_set": a.sim_set, "b_sim_set": a.b_sim_set,
-                "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set, "ready_timeout_s": a.ready_timeout,
+                "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set, "last_drain_s": a.last_drain_s, "ready_timeout_s": a.ready_timeout,
                 "micro": a.micro}
     manifest = {
         "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(), "ended": None, "status": "planned",

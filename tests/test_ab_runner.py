@@ -118,9 +118,10 @@ def test_demo_preset_is_a_valid_run_description(tmp_path):
     assert a.a == "original" and a.b == "fixed" and a.backend == "sim" and a.aa_rounds >= 1
     phases = {"warmup_s": a.warmup_s, "measure_s": a.measure_s, "drain_s": a.drain_s}
     out = ab.effective_scenario(ROOT / a.scenario, tmp_path / "s.yaml", phases,
-                                [int(x) for x in a.levels.split(",")], a.scenario_set)
+                                [int(x) for x in a.levels.split(",")], a.scenario_set, a.last_drain_s)
     from loadtest.scenario import load_scenario
 
     sc = load_scenario(str(out))
     assert min(s.concurrency for s in sc.steps) == 8 and max(s.concurrency for s in sc.steps) == 256
+    assert sc.steps[-1].drain_s > 0 and sc.steps[0].drain_s == 0
     assert (ROOT / a.sim_config).is_file()
