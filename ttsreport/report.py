@@ -193,6 +193,8 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
         out.append(("partial", f"PARTIAL RUN — {summary['complete_blocks']} of {summary['planned_blocks'] or '?'} "
                                f"planned blocks complete (run status: {summary.get('run_status')}). "
                                "Verdicts use only the complete rounds."))
+    for w in summary.get("warnings") or []:
+        out.append(("warn", f"SHORT PHASES — {w}"))
     for b in summary["invalid_blocks"]:
         out.append(("invalid", f"INVALID BLOCK {b['block_id']} (round {b['round']}, {b['kind']}, arm {b['arm']}, "
                                f"{b['variant']}) excluded: {b['reason']}"))
@@ -259,6 +261,7 @@ h1{font-size:22px;margin:6px 0 2px}h2{font-size:16px;margin:0 0 10px}
 .banner{padding:10px 14px;border-radius:6px;margin:8px 0;font-weight:600;font-size:14px}
 .banner.sim{background:#fff3cd;border:2px solid #e0a800;color:#6b4e00}
 .banner.partial{background:#e8f0fe;border:2px solid #3b6ea8;color:#1a3d66}
+.banner.warn{background:#fff8e6;border:1px dashed #c98a06;color:#6b4e00;font-weight:500}
 .banner.invalid{background:#fde2e2;border:2px solid #d64545;color:#7a1616}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0 18px}
 .card{background:#fff;border-radius:8px;padding:10px 14px;min-width:150px;flex:1;box-shadow:0 1px 3px rgba(0,0,0,.08);

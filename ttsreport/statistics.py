@@ -571,8 +571,17 @@ def summarize(run_dir: str | Path, settings: Settings | None = None, micro_path:
     invalid = [{"block_id": b["block_id"], "round": b["round"], "kind": b["kind"], "arm": b["arm"],
                 "variant": b["variant"], "reason": b["invalid_reason"]} for b in summaries if not b["valid"]]
 
+    warnings_ = []
+    for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
+        rows = [b["levels"][lv] for b in summaries if b["valid"] and lv in b["levels"]]
+        short = [r for r in rows if r["window_s"] and r["e2e_p50"] and r["window_s"] < 2 * r["e2e_p50"]]
+        if short:
+            worst = max(r["e2e_p50"] for r in short)
+            warnings_.append(f"c={lv}: the measure window ({short[0]['window_s']:.0f} s) is shorter than twice the p50 "
+                             f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} blocks: throughput there "
+                             "is a start-up transient, not a steady state; use longer phases for a real answer")
     summary = {
-        "schema": SUMMARY_SCHEMA, "run_dir": str(run_dir), "run_id": man.get("run_id", Path(run_dir).name),
+        "schema": SUMMARY_SCHEMA, "warnings": warnings_, "run_dir": str(run_dir), "run_id": man.get("run_id", Path(run_dir).name),
         "variants": variants, "backend": backend, "simulated": bool(simulated), "partial": bool(partial),
         "run_status": man.get("status"), "planned_blocks": planned, "complete_blocks": complete,
         "started": man.get("started"), "ended": man.get("ended"), "git_revision": man.get("git_revision"),
