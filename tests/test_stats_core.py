@@ -231,12 +231,13 @@ def test_prediction_from_micro_results(tmp_path):
     assert p["saving_per_call_s"] == pytest.approx(((800 + 14 * 500) - (200 + 14 * 200)) / 15 * 1e-6)
 
 
-def test_throughput_counts_completions_inside_the_window():
-    reqs = [{"phase": "warmup", "ok": True, "e2e_s": 3.0, "audio_s": 1.0, "t_start": 8.0},  # ends at 11: counts
-            {"phase": "measure", "ok": True, "e2e_s": 1.0, "audio_s": 2.0, "t_start": 12.0},  # ends at 13: counts
-            {"phase": "measure", "ok": True, "e2e_s": 15.0, "audio_s": 2.0, "t_start": 14.0},  # ends after: no
+def test_throughput_counts_lifetime_share_inside_the_window():
+    reqs = [{"phase": "warmup", "ok": True, "e2e_s": 3.0, "audio_s": 1.0, "t_start": 8.0},  # 1 of 3 s inside
+            {"phase": "measure", "ok": True, "e2e_s": 1.0, "audio_s": 2.0, "t_start": 12.0},  # all inside
+            {"phase": "measure", "ok": True, "e2e_s": 15.0, "audio_s": 2.0, "t_start": 14.0},  # 6 of 15 s inside
             {"phase": "measure", "ok": False, "error": "x", "t_start": 15.0}]
     s = st.level_stats(reqs, None, (10.0, 20.0))
     assert s["window_source"] == "snapshots" and s["completed_in_window"] == 2
-    assert s["throughput_rps"] == pytest.approx(0.2) and s["audio_throughput"] == pytest.approx(0.3)
+    assert s["throughput_rps"] == pytest.approx((1 / 3 + 1 + 6 / 15) / 10)
+    assert s["audio_throughput"] == pytest.approx((1 / 3 + 2 + 2 * 6 / 15) / 10)
     assert s["e2e_p50"] == pytest.approx(8.0)  # latency: requests started in the measure phase

@@ -160,11 +160,18 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--level", default=None, help="level for the half-width target (default: the highest <= 64)")
     ap.add_argument("--budget-s", type=float, default=600.0, help="time per arm for the half-width target")
+    ap.add_argument("--trim-end-s", type=float, default=0.0,
+                    help="end each measure window this much early (for a pool recorded without a drain)")
     ap.add_argument("--parametric", type=int, default=1000, help="experiments per R of the normal model (0: none)")
     ap.add_argument("--out", default=None, help="write the Markdown result here (e.g. reports/bench/verdicts.md)")
     a = ap.parse_args(argv)
     pool = Path(a.pool)
     run = st.load_run(pool)
+    if a.trim_end_s:  # a pool recorded without a drain: end every window early, inside what was recorded
+        for b in run["blocks"]:
+            for c in b["counters"]:
+                if c.get("kind") == "snapshot" and c.get("edge") == "end" and c.get("t") is not None:
+                    c["t"] = float(c["t"]) - a.trim_end_s
     summaries = [st.block_summary(b) for b in run["blocks"]]
     levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
     ab_pairs, aa_pairs = pool_pairs(summaries)
@@ -186,7 +193,9 @@ def main(argv=None) -> int:
         f"Pool: `{pool}` — {len(ab_pairs)} valid A/B rounds (B with `{', '.join(sets or [])}`), {len(aa_pairs)} valid "
         f"A/A rounds, variants {man.get('variants')}, levels {levels}, scenario phases "
         f"{(man.get('settings') or {}).get('phase_overrides')}, scenario overrides "
-        f"{(man.get('settings') or {}).get('scenario_set')}, sim config {(man.get('sim_config') or {}).get('path')}.",
+        f"{(man.get('settings') or {}).get('scenario_set')}, sim config {(man.get('sim_config') or {}).get('path')}"
+        + (f"; every measure window ended {a.trim_end_s:g} s early (the pool ran without a drain)." if a.trim_end_s
+           else "."),
         f"Each drawn experiment: R A/B rounds + 1 A/A round (noise floor), verdict on throughput with the suite's "
         f"rule ({settings.confidence:.0%} family-wise, Bonferroni over {len(levels)} level(s), margin "
         f"{settings.margin_pct} %). {n} experiments of each kind per R, drawn without replacement inside an "
