@@ -72,7 +72,7 @@ def _run_quiet(cmd: list[str], timeout: float = 5.0) -> str | None:
         return None
 
 
-def environment(backend: str) -> dict:
+def environment(backend: str, variants: tuple[str, ...] = ()) -> dict:
     """What the manifest records about the machine and the code: no environment variables, so no tokens."""
     gpu = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     rev = _run_quiet(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
@@ -87,10 +87,11 @@ def environment(backend: str) -> dict:
         except Exception:
             info["backend_version"] = "ttssim"
     else:
-        image = os.environ.get("VLLM_OMNI_IMAGE", "vllm/vllm-omni:v0.16.0")
-        digest = _run_quiet(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image])
-        info["backend_version"] = image
-        info["image_digest"] = json.loads(digest) if digest else None
+        # docker/serve.sh builds one image per variant (IMAGE, default tts-vllm-omni:0.16.0-<variant>) on vllm-omni
+        images = {v: os.environ.get("IMAGE", f"tts-vllm-omni:0.16.0-{v}") for v in variants}
+        ids = {v: _run_quiet(["docker", "image", "inspect", "--format", "{{.Id}}", img]) for v, img in images.items()}
+        info["backend_version"] = "vllm-omni 0.16.0 (docker/serve.sh)"
+        info["image_digest"] = {v: {"image": images[v], "id": ids[v]} for v in variants}
     return info
 
 
@@ -298,7 +299,7 @@ class Runner:
         finally:
             stop_group(locust, signal.SIGINT, 20.0)
             t_stop = time.monotonic()
-            stop_group(server)
+            stop_group(server, wait=SERVER_STOP_S if self.s["backend"] == "sim" else 120.0)  # container removal
             timing["stop_s"] = round(time.monotonic() - t_stop, 2)
             timing["total_s"] = round(time.monotonic() - t0, 2)
             meta["ended"] = utc()
@@ -385,7 +386,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scenario-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a top-level scenario key (YAML value), e.g. 'mix={short: 1}'")
     p.add_argument("--seed", type=int, default=None, help="seed of the A/B order (default: random, recorded)")
-    p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for /health per block")
+    p.add_argument("--ready-timeout", type=float, default=None,
+                   help="seconds to wait for /health per block (default 120 on sim, 1200 on vllm: image build, weights)")
     p.add_argument("--out", default="reports", help="parent folder of the run folder")
     p.add_argument("--name", default=None, help="run folder name (default ab-<UTC>)")
     p.add_argument("--micro", default=None, help="micro benchmark results.json for the prediction")
@@ -410,6 +412,10 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         raise SystemExit("error: BACKEND=vllm needs docker/serve.sh")
     if a.backend == "vllm" and shutil.which("docker") is None:
         raise SystemExit("error: BACKEND=vllm needs Docker (not found); use BACKEND=sim")
+    try:
+        levels = [int(x) for x in a.levels.split(",")] if a.levels else None
+    except ValueError:
+        raise SystemExit(f"error: --levels wants comma-separated integers, got {a.levels!r}") from None
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
     name = a.name or f"ab-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     run = Path(a.out) / name
@@ -418,7 +424,6 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     run.mkdir(parents=True)
     phases = {k: v for k, v in (("warmup_s", a.warmup_s), ("measure_s", a.measure_s), ("drain_s", a.drain_s))
               if v is not None}
-    levels = [int(x) for x in a.levels.split(",")] if a.levels else None
     try:
         effective_scenario(scen, run / "scenario.yaml", phases, levels, a.scenario_set, a.last_drain_s)
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
@@ -426,7 +431,8 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         raise SystemExit(f"error: scenario {scen}: {e}") from None
     settings = {"a": a.a, "b": a.b, "backend": a.backend, "rounds": a.rounds, "aa_rounds": a.aa_rounds,
                 "scenario": str(scen), "sim_config": a.sim_config, "sim_set": a.sim_set, "b_sim_set": a.b_sim_set,
-                "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set, "last_drain_s": a.last_drain_s, "ready_timeout_s": a.ready_timeout,
+                "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set, "last_drain_s": a.last_drain_s,
+                "ready_timeout_s": a.ready_timeout or (1200.0 if a.backend == "vllm" else 120.0),
                 "micro": a.micro}
     manifest = {
         "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(), "ended": None, "status": "planned",
@@ -437,7 +443,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "settings": settings, "plan": make_plan(a.rounds, a.aa_rounds, a.a, a.b, seed),
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],
     }
-    env = environment(a.backend)
+    env = environment(a.backend, (a.a, a.b))
     manifest["backend"].update(version=env.pop("backend_version"), image_digest=env.pop("image_digest", None))
     manifest["git_revision"] = env.pop("git_revision")
     manifest["host"] = env
