@@ -93,8 +93,10 @@ class PromptSequence:
         self._weights = [mix[b] for b in self._names]
         self._corpus = corpus
         self._rng = random.Random(f"tts-prompts:{seed}:{worker_index}")
+        self.drawn = 0  # prompts handed out so far; the n-th one is seq n - 1
 
     def next(self) -> Prompt:
+        self.drawn += 1
         bucket = self._rng.choices(self._names, self._weights)[0]
         items = self._corpus.buckets[bucket]
         return items[self._rng.randrange(len(items))]

@@ -42,6 +42,7 @@ class RequestRecord:
     prompt_id: str
     bucket: str
     variant: str | None
+    seq: int | None = None  # index of the prompt in this process's deterministic sequence (None: no prompt drawn)
     schema: str = REQUEST_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

@@ -305,17 +305,19 @@ class Session:
         """Draw the next prompt, run it, record it and report it to Locust. Called from user greenlets."""
         ph = self.phase
         prompt = self._prompts.next()
+        seq = self._prompts.drawn - 1
         t_start = time.time()
         out = run_request(transport, self._payloads.body(prompt), self.run["mode"],
                           expected_s=self._bounds.range_for(prompt.text))
-        return self.record(ph, prompt.id, prompt.bucket, t_start, out)
+        return self.record(ph, prompt.id, prompt.bucket, t_start, out, seq=seq)
 
-    def record(self, ph: Phase, prompt_id: str, bucket: str, t_start: float, out: Outcome) -> RequestRecord:
+    def record(self, ph: Phase, prompt_id: str, bucket: str, t_start: float, out: Outcome,
+               seq: int | None = None) -> RequestRecord:
         rec = RequestRecord(
             run_id=self.run["run_id"], worker=self.worker_label, step=ph.step, concurrency=ph.concurrency,
             phase=ph.phase, mode=self.run["mode"], ok=out.ok, error=out.error, status=out.status, ttfa_s=out.ttfa_s,
             e2e_s=out.e2e_s, audio_s=out.audio_s, rtf=out.rtf, bytes=out.bytes, t_start=t_start,
-            prompt_id=prompt_id, bucket=bucket, variant=self.run["variant"],
+            prompt_id=prompt_id, bucket=bucket, variant=self.run["variant"], seq=seq,
         )
         line = dumps(rec.to_dict())
         if self.requests_writer is None:

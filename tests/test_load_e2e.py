@@ -109,9 +109,13 @@ def test_same_seed_same_prompt_sequence_and_errors_become_records(tmp_path):
             p = locust(["--headless", "--host", srv.url, "--scenario", str(scen), "--run-dir", str(run_dir), *extra])
             assert p.returncode == 0, p.stderr[-3000:]
             runs.append(check_run(run_dir, [4])[0])
-    seqs = [[r.prompt_id for r in sorted(rs, key=lambda r: r.t_start)] for rs in runs]
-    n = min(map(len, seqs))
-    assert n > 50 and seqs[0][:n] == seqs[1][:n]
+    # compare by draw index: requests still in flight when the run stops are not recorded, so the
+    # records' order in time can have gaps that differ between the two runs
+    seqs = [{r.seq: r.prompt_id for r in rs} for rs in runs]
+    common = sorted(set(seqs[0]) & set(seqs[1]))
+    assert len(common) > 50 and common[0] == 0 and None not in common
+    assert [seqs[0][k] for k in common] == [seqs[1][k] for k in common]
+    assert len(set(seqs[0].values())) > 5  # a real mix, not one prompt repeated
     failed = [c for c in read_jsonl(tmp_path / "run1" / "counters.jsonl") if c["kind"] == "snapshot"]
     assert failed and not any(c["ok"] for c in failed) and all(c["error"] for c in failed)
 

@@ -10,7 +10,7 @@ import pytest
 from loadtest.records import REQUEST_FIELDS, JsonlWriter, RequestRecord, dumps, parse_request, read_requests
 
 DOC_FIELDS = ("schema, run_id, worker, step, concurrency, phase, mode, ok, error, status, ttfa_s, e2e_s, audio_s, rtf, "
-              "bytes, t_start, prompt_id, bucket, variant")
+              "bytes, t_start, prompt_id, bucket, variant, seq")
 
 
 def rec(**kw):
