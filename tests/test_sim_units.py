@@ -41,6 +41,18 @@ def test_bad_config_is_refused(override):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", ".NaN", ".Inf"])
+@pytest.mark.parametrize("key", ["model.base_ms", "audio.frames_per_char", "faults.slow_readiness_s"])
+def test_nan_and_inf_are_refused_with_a_clear_error(tmp_path, key, value):
+    with pytest.raises(ValueError, match=rf"{key} must be a finite number, got (nan|inf|-inf)"):
+        load_config(None, [f"{key}={value}"])
+    section, name = key.split(".")
+    f = tmp_path / "c.yaml"
+    f.write_text(f"{section}:\n  {name}: {value}\n")
+    with pytest.raises(ValueError, match=rf"{key} must be a finite number"):
+        load_config(f)
+
+
 def test_call_shapes_are_one_prefill_and_fourteen_decodes():
     shapes = call_shapes(16)
     assert shapes[0] == (2, 2) and len(shapes) == 15

@@ -7,6 +7,7 @@ typo never silently runs the default model.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +117,8 @@ def _coerce(section: str, key: str, value, default):
         ok = isinstance(value, type(default))
     if not ok:
         raise ValueError(f"{where} must be {type(default).__name__}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan / .inf: no model time or limit means it
+        raise ValueError(f"{where} must be a finite number, got {value!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
         raise ValueError(f"{where} must not be negative, got {value!r}")
     return value
