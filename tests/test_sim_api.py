@@ -152,3 +152,37 @@ def test_http_counters_and_engine_counters_move(sim):
     assert after["tts_engine_frames_total"] - before["tts_engine_frames_total"] == 12
     key = 'tts_sim_http_requests_total{handler="/v1/audio/speech",status="200"}'
     assert after[key] == before[key] + 1
+
+
+def test_client_closing_streams_is_counted_quietly():
+    """Clients that close a stream mid-way (Locust stopping its users does it to every stream in flight): each is
+    counted as an aborted request, and server.log gets no traceback (it used to get one per stream, ~1 kB each)."""
+    import http.client
+    import json
+
+    n = 6
+    with SimServer("fixed", overrides=["model.base_ms=5"]) as s:
+        conns = []
+        for _ in range(n):
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
+            c.request("POST", "/v1/audio/speech", body=json.dumps({"input": "a long sentence " * 100,
+                      "stream": True, "response_format": "pcm"}), headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200 and r.read(1000)  # the stream is running
+            conns.append(c)
+        for c in conns:
+            c.sock.close()
+            c.close()
+        key = 'tts_engine_requests_total{outcome="aborted"}'
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            m = parse_metrics(requests.get(s.url + "/metrics", timeout=5).text)
+            if m.get(key, 0) >= n:
+                break
+            time.sleep(0.2)
+        assert m.get(key) == n, {k: v for k, v in m.items() if "requests" in k}
+        assert requests.get(s.url + "/health", timeout=5).status_code == 200  # still serving
+        time.sleep(0.5)
+        log = s.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "closing transport" not in log, log[-3000:]
+    assert len(log.encode()) < 2000, log[-3000:]

@@ -235,27 +235,37 @@ async def speech(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(request, engine, faults, sreq, malformed: bool) -> web.StreamResponse:
-    """Raw PCM16 chunks as the engine produces them (headers go out at once, like a Starlette StreamingResponse)."""
+    """Raw PCM16 chunks as the engine produces them (headers go out at once, like a Starlette StreamingResponse).
+
+    A client that closes the connection mid-stream (a load generator stopping its users does it to every stream in
+    flight) is normal: the request is aborted (counted as tts_engine_requests_total{outcome="aborted"} by
+    engine.abort in speech()) and one debug line is logged, no traceback."""
     cut = faults.cut_stream()
     resp = web.StreamResponse(status=200, headers={"Content-Type": "audio/pcm"})
-    await resp.prepare(request)
-    first = True
-    while True:
-        item = await sreq.out.get()
-        if item is None:
-            break
-        if isinstance(item, Exception):  # engine died: cut the stream so the client sees a truncated body
-            _drop(request)
-            return resp
-        if malformed and first:
-            item = item[:-1]  # the first chunk loses a byte: the stream is no longer whole PCM16 samples
-        await resp.write(item)
-        if first and cut:
-            engine.metrics.faults.labels("cut_stream").inc()
-            _drop(request)
-            return resp
-        first = False
-    await resp.write_eof()
+    sent = 0
+    try:
+        await resp.prepare(request)
+        first = True
+        while True:
+            item = await sreq.out.get()
+            if item is None:
+                break
+            if isinstance(item, Exception):  # engine died: cut the stream so the client sees a truncated body
+                _drop(request)
+                return resp
+            if malformed and first:
+                item = item[:-1]  # the first chunk loses a byte: the stream is no longer whole PCM16 samples
+            await resp.write(item)
+            sent += len(item)
+            if first and cut:
+                engine.metrics.faults.labels("cut_stream").inc()
+                _drop(request)
+                return resp
+            first = False
+        await resp.write_eof()
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError: "Cannot write to closing transport"
+        engine.abort(sreq)
+        log.debug("client closed the stream after %d bytes", sent)
     return resp
 
 
