@@ -5,6 +5,10 @@
 Each block: start the server (simulator process or `bash docker/serve.sh`), wait until /health answers, run the
 scenario's steps through Locust headless into blocks/<id>/, stop the server. A block's status is written before it
 starts ("interrupted") and replaced when it ends, so a killed runner leaves a folder that says the truth.
+Statuses: "complete"; "invalid" (the load ran but its data cannot be used: measure-phase requests failed, none was
+recorded, or the manipulation check failed; the reason says which); "failed" (infrastructure: the server did not start
+or died, Locust crashed or hung); "interrupted" (the runner was stopped). Locust runs with --exit-code-on-error 0, so a
+failed request is judged from requests.jsonl, never from Locust's exit code.
 At the end the statistics and the report are built (ttsreport) and the report's path is printed.
 """
 
@@ -16,12 +20,14 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,7 +38,13 @@ from loadtest.scenario import ScenarioError, load_scenario
 AB_SCHEMA = "tts-ab/1"
 BLOCK_SCHEMA = "tts-block/1"
 ROOT = Path(__file__).resolve().parent.parent
-DONE = ("complete", "invalid")  # a resumed run does not repeat these; failed / interrupted blocks run again
+DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
+# A "failed" block (infrastructure) runs again on a resume while fewer than this many earlier attempts of it failed:
+# once more, then it stays failed (a server that never starts is not retried forever). "interrupted" always runs again.
+FAILED_RERUNS_MAX = 1
+RESUME_POLICY = {"never_rerun": list(DONE), "always_rerun": ["interrupted"], "failed_reruns_max": FAILED_RERUNS_MAX,
+                 "how": "block.json counts earlier failed attempts of the block in failed_before (they are kept under "
+                        "attempts/); a failed block with failed_before >= failed_reruns_max is not run again"}
 # `make demo`: must finish in 5 minutes on 2 cores, so 3 levels spanning 8-256, 6 s per level (+5 s drain after the
 # last, whose requests would otherwise be cut off unrecorded), short prompts only,
 # and the quick simulator opened up to batch 256 (fast.yaml caps batch 16 / queue 8, which turns c=256 into 503s).
@@ -174,6 +186,77 @@ def health(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def previous_failures(meta_path: Path) -> int:
+    """How many attempts of this block failed so far (the one in meta_path included), from its block.json."""
+    try:
+        old = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return int(old.get("failed_before") or 0) + (old.get("status") == "failed")
+
+
+def error_kind(error: str | None) -> str:
+    """A request's error reason without its details: 'http 503', 'stream broken', 'no response', ..."""
+    head = (error or "unknown error").split(":", 1)[0].strip()
+    if re.fullmatch(r"http \d+", head):
+        return head
+    return re.sub(r"\s+(after\s+)?\d.*$", "", head) or head
+
+
+def request_outcomes(path: Path) -> dict:
+    """Counts of a block's requests.jsonl: measure-phase requests and failures by kind, and failures elsewhere."""
+    out = {"measure": 0, "measure_failed": 0, "measure_errors": {}, "other": 0, "other_failed": 0, "other_errors": {}}
+    measure, other = Counter(), Counter()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a half-written last line of a killed Locust: the statistics reader reports it
+            side = "measure" if r.get("phase") == "measure" else "other"
+            out[side] += 1
+            if not r.get("ok"):
+                out[side + "_failed"] += 1
+                (measure if side == "measure" else other)[error_kind(r.get("error"))] += 1
+    out["measure_errors"], out["other_errors"] = dict(measure.most_common()), dict(other.most_common())
+    return out
+
+
+def _top(errors: dict, n: int = 3) -> str:
+    items = sorted(errors.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{k} ({v})" for k, v in items[:n])
+    return text + (f", {len(items) - n} other kinds" if len(items) > n else "")
+
+
+def request_verdict(o: dict) -> str | None:
+    """None when the measure phases are usable; else the reason the block is invalid."""
+    if o["measure_failed"]:
+        return f"{o['measure_failed']} of {o['measure']} measure-phase requests failed: {_top(o['measure_errors'])}"
+    if not o["measure"]:
+        why = "no measure-phase request was recorded"
+        if o["other_failed"]:
+            why += f" ({o['other_failed']} of {o['other']} warm-up/drain requests failed: {_top(o['other_errors'])})"
+        return why
+    return None
+
+
+def locust_exceptions(bdir: Path) -> str | None:
+    """Exceptions raised inside Locust's users (a bug of the locustfile, not a failed request), from its CSV."""
+    import csv
+
+    path = bdir / "locust_exceptions.csv"
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return None
+    if not rows:
+        return None
+    n = sum(int(r.get("Count") or 1) for r in rows)
+    first = (rows[0].get("Message") or "").strip().splitlines()[0][:200] if rows[0].get("Message") else "?"
+    return f"Locust users raised {n} exception(s), e.g. {first} (see locust_exceptions.csv)"
+
+
 class Runner:
     def __init__(self, run_dir: Path, manifest: dict, progress=print):
         self.run = run_dir
@@ -242,6 +325,7 @@ class Runner:
 
     def run_block(self, i: int, b: dict) -> dict:
         bdir = self.run / "blocks" / b["block_id"]
+        failed_before = previous_failures(bdir / "block.json")
         if bdir.exists():  # an earlier attempt (interrupted or failed): keep it aside, never mix records
             attempts = self.run / "attempts"
             attempts.mkdir(exist_ok=True)
@@ -249,7 +333,7 @@ class Runner:
             shutil.move(str(bdir), str(attempts / f"{b['block_id']}.{n + 1}"))
         bdir.mkdir(parents=True)
         meta = {"schema": BLOCK_SCHEMA, **b, "status": "interrupted", "reason": "block in progress (runner stopped)",
-                "started": utc(), "ended": None, "server_url": None}
+                "started": utc(), "ended": None, "server_url": None, "failed_before": failed_before}
         write_json(bdir / "block.json", meta)
         server = locust = None
         t0 = time.monotonic()
@@ -265,10 +349,7 @@ class Runner:
             url = self.wait_ready(server, bdir, port)
             meta["server_url"] = url
             timing["ready_s"] = round(time.monotonic() - t0, 2)
-            lcmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
-                    "--host", url, "--scenario", str(self.run / "scenario.yaml"), "--run-dir", str(bdir),
-                    "--metrics-url", url + "/metrics", "--variant", b["variant"], "--csv", str(bdir / "locust"),
-                    "--only-summary", "--loglevel", "WARNING"]
+            lcmd = self.locust_cmd(b, bdir, url)
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(lcmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
@@ -285,11 +366,17 @@ class Runner:
                 self.show(i, b, el)
                 time.sleep(0.5)
             timing["load_s"] = round(time.monotonic() - t_load, 2)
-            if locust.returncode != 0:
+            if server.poll() is not None:
+                raise RuntimeError(f"server died during the load (exit {server.returncode}; see server.log)")
+            if locust.returncode != 0:  # failed requests do not count here (--exit-code-on-error 0): Locust crashed
                 raise RuntimeError(f"Locust exited with code {locust.returncode} (see locust.log)")
             if not (bdir / "requests.jsonl").exists():
                 raise RuntimeError("Locust wrote no requests.jsonl")
-            meta["status"], meta["reason"] = self.check(b, bdir)
+            crashed = locust_exceptions(bdir)
+            if crashed:
+                raise RuntimeError(crashed)
+            meta["requests"] = request_outcomes(bdir / "requests.jsonl")
+            meta["status"], meta["reason"] = self.check(b, bdir, meta["requests"])
         except Interrupted:
             meta["status"], meta["reason"] = "interrupted", "SIGINT/SIGTERM during the block"
             stop_group(locust, signal.SIGINT, 20.0)  # Locust flushes its files on SIGINT
@@ -307,16 +394,29 @@ class Runner:
             self.overhead_s = max(5.0, time.monotonic() - t0 - self.block_s)
         return meta
 
-    def check(self, b: dict, bdir: Path) -> tuple[str, str | None]:
-        """Manipulation check right after the block, so the run says at once that a block is invalid."""
+    def locust_cmd(self, b: dict, bdir: Path, url: str) -> list[str]:
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
+               "--host", url, "--scenario", str(self.run / "scenario.yaml"), "--run-dir", str(bdir),
+               "--metrics-url", url + "/metrics", "--variant", b["variant"], "--csv", str(bdir / "locust"),
+               "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0"]
+        if self.s.get("request_timeout_s"):
+            cmd += ["--request-timeout", f"{self.s['request_timeout_s']:g}"]
+        return cmd
+
+    def check(self, b: dict, bdir: Path, outcomes: dict | None = None) -> tuple[str, str | None]:
+        """Request outcomes and the manipulation check right after the block, so the run says at once that a block
+        is invalid (and why)."""
         from ttsreport.statistics import COUNTERS_SCHEMA, manipulation_check, read_jsonl
 
-        counters, _ = read_jsonl(bdir / "counters.jsonl", COUNTERS_SCHEMA)
-        res = manipulation_check(b["variant"], counters)
-        if res["ok"]:
-            return "complete", None
-        print(f"\n!!! INVALID BLOCK {b['block_id']}: {res['reason']}", file=sys.stderr, flush=True)
-        return "invalid", f"manipulation check failed: {res['reason']}"
+        why = request_verdict(outcomes if outcomes is not None else request_outcomes(bdir / "requests.jsonl"))
+        if why is None:
+            counters, _ = read_jsonl(bdir / "counters.jsonl", COUNTERS_SCHEMA)
+            res = manipulation_check(b["variant"], counters)
+            if res["ok"]:
+                return "complete", None
+            why = f"manipulation check failed: {res['reason']}"
+        print(f"\n!!! INVALID BLOCK {b['block_id']}: {why}", file=sys.stderr, flush=True)
+        return "invalid", why
 
     # --- progress -----------------------------------------------------------------------------------------
 
@@ -339,11 +439,17 @@ class Runner:
         """Run every block not done yet; returns the run status."""
         self.install_signals()
         self.m["status"] = "running"
+        self.m.setdefault("resume_policy", RESUME_POLICY)
         write_json(self.run / "manifest.json", self.m)
         try:
             for i, b in enumerate(self.m["plan"]):
                 meta_path = self.run / "blocks" / b["block_id"] / "block.json"
-                if meta_path.exists() and json.loads(meta_path.read_text()).get("status") in DONE:
+                old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+                if old.get("status") in DONE:
+                    continue
+                if old.get("status") == "failed" and previous_failures(meta_path) > FAILED_RERUNS_MAX:
+                    print(f"block {b['block_id']}: failed {previous_failures(meta_path)} times, not run again "
+                          f"({old.get('reason')})", flush=True)
                     continue
                 if self.stop:
                     raise Interrupted
@@ -386,6 +492,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scenario-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a top-level scenario key (YAML value), e.g. 'mix={short: 1}'")
     p.add_argument("--seed", type=int, default=None, help="seed of the A/B order (default: random, recorded)")
+    p.add_argument("--request-timeout", type=float, default=None,
+                   help="seconds per request, passed to the locustfile (default: the scenario's timeout_s)")
     p.add_argument("--ready-timeout", type=float, default=None,
                    help="seconds to wait for /health per block (default 120 on sim, 1200 on vllm: image build, weights)")
     p.add_argument("--out", default="reports", help="parent folder of the run folder")
@@ -405,6 +513,8 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
             raise SystemExit(f"error: unknown variant {v!r} (known: {', '.join(sorted(VARIANTS))})")
     if a.rounds < 1 or a.aa_rounds < 0:
         raise SystemExit("error: --rounds must be >= 1 and --aa-rounds >= 0")
+    if a.request_timeout is not None and not (a.request_timeout > 0 and a.request_timeout != float("inf")):
+        raise SystemExit(f"error: --request-timeout must be a positive number of seconds, got {a.request_timeout:g}")
     scen = Path(a.scenario)
     if a.backend == "sim" and not Path(a.sim_config).is_file():
         raise SystemExit(f"error: simulator config {a.sim_config} not found")
@@ -433,14 +543,14 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
                 "scenario": str(scen), "sim_config": a.sim_config, "sim_set": a.sim_set, "b_sim_set": a.b_sim_set,
                 "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set, "last_drain_s": a.last_drain_s,
                 "ready_timeout_s": a.ready_timeout or (1200.0 if a.backend == "vllm" else 120.0),
-                "micro": a.micro}
+                "request_timeout_s": a.request_timeout, "micro": a.micro}
     manifest = {
         "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(), "ended": None, "status": "planned",
         "variants": {"A": a.a, "B": a.b}, "backend": {"name": a.backend, "simulated": a.backend == "sim"},
         "seeds": {"order": seed, "scenario": load_scenario(str(run / "scenario.yaml")).seed},
         "scenario": {"path": str(scen), "sha256": sha256(scen), "effective_sha256": sha256(run / "scenario.yaml")},
         "sim_config": ({"path": a.sim_config, "sha256": sha256(Path(a.sim_config))} if a.backend == "sim" else None),
-        "settings": settings, "plan": make_plan(a.rounds, a.aa_rounds, a.a, a.b, seed),
+        "settings": settings, "plan": make_plan(a.rounds, a.aa_rounds, a.a, a.b, seed), "resume_policy": RESUME_POLICY,
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],
     }
     env = environment(a.backend, (a.a, a.b))

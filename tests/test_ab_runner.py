@@ -109,6 +109,75 @@ def test_server_that_does_not_start_fails_its_block_and_the_run_goes_on(tmp_path
     blocks = _blocks(tmp_path / "bad")
     assert len(blocks) == 2 and all(b["status"] == "failed" for b in blocks.values())
     assert all("server exited" in b["reason"] for b in blocks.values())
+    assert all(b["failed_before"] == 0 for b in blocks.values())
+    man = json.loads((tmp_path / "bad" / "manifest.json").read_text())
+    assert man["resume_policy"]["failed_reruns_max"] == 1 and "failed" not in man["resume_policy"]["never_rerun"]
+
+    # a resume runs each failed block once more (the first attempt kept aside) ...
+    assert ab.main(["--resume", str(tmp_path / "bad"), "--no-report"]) == 0
+    again = _blocks(tmp_path / "bad")
+    assert all(b["status"] == "failed" and b["failed_before"] == 1 for b in again.values())
+    assert sorted(p.name for p in (tmp_path / "bad" / "attempts").iterdir()) == sorted(f"{k}.1" for k in blocks)
+    # ... and then no more: a server that never starts is not retried forever
+    assert ab.main(["--resume", str(tmp_path / "bad"), "--no-report"]) == 0
+    assert _blocks(tmp_path / "bad") == again
+    assert len(list((tmp_path / "bad" / "attempts").iterdir())) == 2
+
+
+@pytest.mark.timeout(120)
+def test_failed_requests_make_the_block_invalid_with_their_reasons_and_resume_keeps_it(tmp_path, capsys):
+    """A server that answers every request with 503: Locust's exit code does not decide (blocks are not 'failed'),
+    the records do: each block is 'invalid' with the count and the reason, and a resume does not run it again."""
+    rc = ab.main(["--a", "original", "--b", "fixed", "--rounds", "1", "--aa-rounds", "0", "--out", str(tmp_path),
+                  "--name", "r", "--seed", "1", "--sim-set", "faults.error_burst={after: 0, length: 100000000, "
+                  "status: 503}", "--request-timeout", "5", "--no-report", *QUICK])
+    assert rc == 0
+    run = tmp_path / "r"
+    blocks = _blocks(run)
+    assert len(blocks) == 2
+    for bid, b in blocks.items():
+        recs = [json.loads(x) for x in (run / "blocks" / bid / "requests.jsonl").read_text().splitlines()]
+        measure = [r for r in recs if r["phase"] == "measure"]
+        assert measure and not any(r["ok"] for r in measure)
+        assert b["status"] == "invalid", b
+        assert b["reason"] == f"{len(measure)} of {len(measure)} measure-phase requests failed: http 503 ({len(measure)})"
+        assert b["requests"]["measure_errors"] == {"http 503": len(measure)}
+    assert "INVALID BLOCK" in capsys.readouterr().err
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["settings"]["request_timeout_s"] == 5
+    assert ab.main(["--resume", str(run), "--no-report"]) == 0
+    assert _blocks(run) == blocks and not (run / "attempts").exists()  # invalid blocks are never run again
+
+
+def test_request_outcomes_and_verdict(tmp_path):
+    f = tmp_path / "requests.jsonl"
+    rows = [("measure", True, None)] * 68 + [("measure", False, "http 503: queue full")] * 10 + \
+        [("measure", False, "stream broken after 4800 bytes: ClientPayloadError: x")] * 2 + \
+        [("warmup", False, "connect: ConnectionRefusedError")] * 3
+    f.write_text("".join(json.dumps({"phase": ph, "ok": ok, "error": err}) + "\n" for ph, ok, err in rows) + '{"pha')
+    o = ab.request_outcomes(f)
+    assert (o["measure"], o["measure_failed"], o["other"], o["other_failed"]) == (80, 12, 3, 3)
+    assert ab.request_verdict(o) == "12 of 80 measure-phase requests failed: http 503 (10), stream broken (2)"
+    f.write_text(json.dumps({"phase": "warmup", "ok": False, "error": "no response: TimeoutError"}) + "\n")
+    assert ab.request_verdict(ab.request_outcomes(f)) == ("no measure-phase request was recorded (1 of 1 warm-up/drain"
+                                                          " requests failed: no response (1))")
+    f.write_text(json.dumps({"phase": "measure", "ok": True, "error": None}) + "\n")
+    assert ab.request_verdict(ab.request_outcomes(f)) is None
+    assert ab.error_kind("odd PCM byte count 4801") == "odd PCM byte count"
+    assert ab.error_kind("http 500") == "http 500" and ab.error_kind(None) == "unknown error"
+
+
+def test_locust_runs_without_failure_exit_code_and_with_the_request_timeout(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scenario.yaml").write_text((ROOT / "configs/scenarios/smoke.yaml").read_text())
+    b = ab.make_plan(1, 0, "original", "fixed", 1)[0]
+    for timeout, extra in ((None, []), (2.5, ["--request-timeout", "2.5"])):
+        r = ab.Runner(run, {"settings": {"request_timeout_s": timeout}, "plan": []})
+        cmd = r.locust_cmd(b, run / "blocks" / "x", "http://127.0.0.1:1")
+        assert cmd[cmd.index("--exit-code-on-error") + 1] == "0"
+        assert [x for x in cmd if x == "--request-timeout"] == extra[:1] and (not extra or "2.5" in cmd)
+    assert ab.main(["--request-timeout", "nan", "--out", str(tmp_path / "o")]) == 2
 
 
 def test_demo_preset_is_a_valid_run_description(tmp_path):

@@ -16,14 +16,21 @@ import pytest
 from _faultkit import ROOT, intact_lines, write_scenario
 
 FAULTS = {
-    # fault: (--b-sim-set value, extra args, what the block's reason must say, what B's records must say)
-    "killed": ("faults.kill_after_steps=100", [], "server died", ("connect", "stream broken")),
-    "hung": ("faults.hang_after_requests=5", [], "", ("no response",)),
-    "hung from the start": ("faults.hang_after_requests=0", ["--ready-timeout", "8"], "not ready within 8 s", None),
-    "5xx burst": ("faults.error_burst={after: 3, length: 5, status: 500}", [], "", ("http 500",)),
-    "cut streams": ("faults.cut_stream_every=2", [], "", ("stream broken",)),
-    "malformed audio": ("faults.malformed_audio_every=2", [], "", ("odd pcm byte count",)),
-    "slow readiness": ("faults.slow_readiness_s=30", ["--ready-timeout", "8"], "not ready within 8 s", None),
+    # fault: (--b-sim-set value, extra args, B's status, what its reason must say, what B's records must say)
+    # "failed" is infrastructure (the server did not start or died); "invalid" means the load ran and its records say
+    # what went wrong: the reason counts the failed measure-phase requests by kind
+    "killed": ("faults.kill_after_steps=100", [], "failed", "server died", ("connect", "stream broken")),
+    "hung": ("faults.hang_after_requests=5", [], "invalid", "no response", ("no response",)),
+    "hung from the start": ("faults.hang_after_requests=0", ["--ready-timeout", "8"], "failed",
+                            "not ready within 8 s", None),
+    # bursts repeat (every 20 requests) so some land in the measure phase, not only in the warm-up
+    "5xx burst": ("faults.error_burst={after: 3, length: 5, status: 500, every: 20}", [], "invalid",
+                  "measure-phase requests failed: http 500 (", ("http 500",)),
+    "cut streams": ("faults.cut_stream_every=2", [], "invalid", "measure-phase requests failed: stream broken (",
+                    ("stream broken",)),
+    "malformed audio": ("faults.malformed_audio_every=2", [], "invalid",
+                        "measure-phase requests failed: odd pcm byte count (", ("odd pcm byte count",)),
+    "slow readiness": ("faults.slow_readiness_s=30", ["--ready-timeout", "8"], "failed", "not ready within 8 s", None),
 }
 # --ready-timeout covers the simulator's own start (torch import, ~3-5 s on a busy 2-core box), so 8 s, not less.
 WITH_REPORT = {"killed", "5xx burst"}  # the report step costs a few seconds; two faults show it copes
@@ -44,7 +51,7 @@ def run_ab(tmp_path, b_set: str, extra: list[str], report: bool):
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_ab_run_survives(tmp_path, fault):
-    b_set, extra, block_reason, record_reasons = FAULTS[fault]
+    b_set, extra, status, block_reason, record_reasons = FAULTS[fault]
     p, took = run_ab(tmp_path, b_set, extra, fault in WITH_REPORT)
     assert p.returncode == 0, p.stderr[-3000:]
     run = tmp_path / "run"
@@ -54,7 +61,7 @@ def test_ab_run_survives(tmp_path, fault):
     assert set(blocks) == {"A", "B"}  # the run went on past the faulted block (in either order)
     assert blocks["A"]["status"] == "complete", blocks["A"]
     b = blocks["B"]
-    assert b["status"] in ("failed", "invalid") and b["reason"], b  # marked, with a reason
+    assert b["status"] == status and b["reason"], b  # marked, with a reason
     assert block_reason.lower() in b["reason"].lower()
     assert b["block_id"] in p.stdout and b["status"] in p.stdout  # said on the console too
     for f in run.rglob("*.jsonl"):
@@ -65,6 +72,12 @@ def test_ab_run_survives(tmp_path, fault):
         recs = intact_lines(bdir / "requests.jsonl")
         bad = [r for r in recs if not r["ok"]]
         assert bad and all(any(k in r["error"].lower() for k in record_reasons) for r in bad), bad[:3]
+        measure = [r for r in recs if r["phase"] == "measure"]
+        m_bad = [r for r in measure if not r["ok"]]
+        if status == "invalid" and m_bad:  # the reason counts exactly what the records say
+            assert b["reason"].startswith(f"{len(m_bad)} of {len(measure)} measure-phase requests failed: "), b
+        elif status == "invalid":
+            assert b["reason"].startswith("no measure-phase request was recorded"), b
     else:  # the server never got ready: no load was run against it
         assert not (bdir / "requests.jsonl").exists()
     a_recs = intact_lines(run / "blocks" / blocks["A"]["block_id"] / "requests.jsonl")
