@@ -185,12 +185,38 @@ def test_demo_preset_is_a_valid_run_description(tmp_path):
     for k, v in ab.DEMO.items():
         setattr(a, k, v)
     assert a.a == "original" and a.b == "fixed" and a.backend == "sim" and a.aa_rounds >= 1
-    phases = {"warmup_s": a.warmup_s, "measure_s": a.measure_s, "drain_s": a.drain_s}
+    phases = {k: v for k, v in (("warmup_s", a.warmup_s), ("measure_s", a.measure_s), ("drain_s", a.drain_s))
+              if v is not None}
     out = ab.effective_scenario(ROOT / a.scenario, tmp_path / "s.yaml", phases,
-                                [int(x) for x in a.levels.split(",")], a.scenario_set, a.last_drain_s)
+                                [int(x) for x in a.levels.split(",")] if a.levels else None, a.scenario_set,
+                                a.last_drain_s)
     from loadtest.scenario import load_scenario
 
     sc = load_scenario(str(out))
     assert min(s.concurrency for s in sc.steps) == 8 and max(s.concurrency for s in sc.steps) == 256
     assert sc.steps[-1].drain_s > 0 and sc.steps[0].drain_s == 0
     assert (ROOT / a.sim_config).is_file()
+
+
+def test_demo_settings_live_in_the_config_files(tmp_path):
+    """--demo only points at configs/scenarios/demo.yaml and configs/sim/demo.yaml: a reader of those files sees
+    exactly what runs (the levels, phases, prompts, batch and queue the preset used to set in code)."""
+    from loadtest.scenario import load_scenario
+    from ttssim.config import load_config
+
+    d = ab.DEMO
+    assert d["scenario"] == "configs/scenarios/demo.yaml" and d["sim_config"] == "configs/sim/demo.yaml"
+    assert not any(d.get(k) for k in ("levels", "warmup_s", "measure_s", "drain_s", "last_drain_s", "sim_set",
+                                      "b_sim_set", "scenario_set"))  # no overrides in code
+    sc = load_scenario(str(ROOT / d["scenario"]))
+    assert [s.concurrency for s in sc.steps] == [8, 64, 256]
+    assert [(s.warmup_s, s.measure_s, s.drain_s) for s in sc.steps] == [(2, 4, 0), (2, 4, 0), (2, 4, 5)]
+    assert sc.mix == {"short": 1}
+    assert sc.duration_s * (d["rounds"] + d["aa_rounds"]) * 2 < 240  # 8 blocks of load inside `make demo`'s 5 min
+    cfg = load_config(ROOT / d["sim_config"])
+    assert cfg.model.max_batch_size >= 256 and cfg.model.max_waiting >= 1024
+    fast = load_config(ROOT / "configs/sim/fast.yaml")  # otherwise the quick simulator of the tests
+    assert cfg.model.__class__(**{**vars(cfg.model), "max_batch_size": 16, "max_waiting": 8}) == fast.model
+    assert (cfg.audio, cfg.server, cfg.faults) == (fast.audio, fast.server, fast.faults)
+    for f in (d["scenario"], d["sim_config"]):
+        assert (ROOT / f).read_text().startswith("# `make demo`")  # the comments say why
