@@ -129,15 +129,18 @@ class Engine:
         self._mismatch_logged = False
 
     # --- requests -------------------------------------------------------------------------------------------
-    def submit(self, text: str, max_new_tokens: int) -> SpeechRequest:
-        """Queue a request (never blocks). Raises QueueFull or EngineDead."""
+    def submit(self, text: str, max_new_tokens: int, t_arrival: float | None = None) -> SpeechRequest:
+        """Queue a request (never blocks). Raises QueueFull or EngineDead.
+
+        `t_arrival` (event-loop time the HTTP handler started) makes the TTFA model count the real, measured
+        request preparation (body read, JSON, ref_audio decode) like it counts the real variant time."""
         if self.dead is not None:
             raise EngineDead(str(self.dead))
         if len(self.waiting) >= self.cfg.model.max_waiting:
             raise QueueFull(f"{len(self.waiting)} requests are waiting (limit {self.cfg.model.max_waiting})")
         n = self.voice.num_frames(text, max_new_tokens)
         req = SpeechRequest(text=text, total_frames=n, rows=self.voice.frame_index(text, n),
-                            t_submit=asyncio.get_running_loop().time())
+                            t_submit=asyncio.get_running_loop().time() if t_arrival is None else t_arrival)
         self.waiting.append(req)
         self.metrics.waiting.set(len(self.waiting))
         self._wake.set()

@@ -192,6 +192,7 @@ async def resolve_ref_audio(ref: str, server_cfg, audio_cfg) -> None:
 
 # --- handlers -----------------------------------------------------------------------------------------------------
 async def speech(request: web.Request) -> web.StreamResponse:
+    t_arrival = asyncio.get_running_loop().time()
     engine, faults = request.app[ENGINE_KEY], request.app[FAULTS_KEY]
     cfg = engine.cfg
     ctype = request.headers.get("Content-Type", "")
@@ -217,7 +218,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
         engine.metrics.faults.labels("error_burst").inc()
         return error_response(f"simulated fault: injected {burst} (request {n})", burst, "InternalServerError")
     try:
-        sreq = engine.submit(req["input"], req["max_new_tokens"])
+        sreq = engine.submit(req["input"], req["max_new_tokens"], t_arrival=t_arrival)
     except QueueFull as e:
         engine.metrics.requests.labels("rejected").inc()
         return error_response(f"Server overloaded: {e}; retry later", 503, "ServiceUnavailableError")
