@@ -23,8 +23,9 @@ FAULTS = {
     "hung": ("faults.hang_after_requests=5", [], "invalid", "no response", ("no response",)),
     "hung from the start": ("faults.hang_after_requests=0", ["--ready-timeout", "8"], "failed",
                             "not ready within 8 s", None),
-    # bursts repeat (every 20 requests) so some land in the measure phase, not only in the warm-up
-    "5xx burst": ("faults.error_burst={after: 3, length: 5, status: 500, every: 20}", [], "invalid",
+    # short bursts that repeat every 4 requests: any 3 consecutive requests hold a failure, so the measure phase
+    # (1.5 s at c=4, several requests even on a slow box) always sees some, never only the warm-up
+    "5xx burst": ("faults.error_burst={after: 2, length: 2, status: 500, every: 4}", [], "invalid",
                   "measure-phase requests failed: http 500 (", ("http 500",)),
     "cut streams": ("faults.cut_stream_every=2", [], "invalid", "measure-phase requests failed: stream broken (",
                     ("stream broken",)),
