@@ -108,3 +108,70 @@ def test_full_queue_answers_503_at_once():
         assert "overloaded" in refused[0].json()["error"]["message"]
         after = metrics(s)
         assert after['tts_engine_requests_total{outcome="rejected"}'] == 2
+
+
+def test_first_chunk_is_never_earlier_than_the_model(servers):
+    """The engine hands a chunk out at its step's deadline + code2wav, never before: the server's own first-chunk
+    time (handler start to socket) is at least the model's TTFA for the same request."""
+    s = servers["fixed"]
+    before = metrics(s)
+    body = {"input": "x" * 40, "response_format": "pcm", "stream": True}  # 32 frames: a chunk of 25, then 7
+    r = requests.post(s.url + "/v1/audio/speech", json=body, timeout=30)
+    assert r.status_code == 200 and len(r.content) == 32 * FAST.audio.samples_per_frame * 2
+    after = metrics(s)
+    assert delta(before, after, M.SIM_TTFA_SERVED + "_count") == 1
+    assert delta(before, after, M.SIM_TTFA_MODEL + "_count") == 1
+    model = delta(before, after, M.SIM_TTFA_MODEL + "_sum")
+    served = delta(before, after, M.SIM_TTFA_SERVED + "_sum")
+    # the model counts at least 25 steps of >= base_ms and the code2wav latency
+    assert model >= 25 * FAST.model.base_ms * 1e-3 + FAST.model.code2wav_chunk_ms * 1e-3
+    assert served >= model - 1e-6
+
+
+def test_a_non_streaming_request_has_no_served_ttfa(servers):
+    s = servers["vectorized"]
+    before = metrics(s)
+    assert requests.post(s.url + "/v1/audio/speech", json={"input": "x" * 40}, timeout=30).status_code == 200
+    after = metrics(s)
+    assert delta(before, after, M.SIM_TTFA_SERVED + "_count") == 0  # a WAV has no first chunk on the wire
+    assert delta(before, after, M.SIM_TTFA_MODEL + "_count") == 1
+
+
+def test_observer_sample_moves_past_a_due_delivery():
+    """A sampled sync-observer call that would hold the loop while a chunk is due runs one step later instead."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from ttssim.engine import Engine
+
+    cfg = load_config(REPO / "configs/sim/default.yaml")  # one sample every 10 steps
+    registry = CollectorRegistry()
+    engine = Engine(cfg, "fixed", "cpu", registry)
+    loop = asyncio.new_event_loop()
+    try:
+        def value(name):
+            labels = {"variant": "fixed"} if name.startswith("tts_predictor") else {}
+            return registry.get_sample_value(name, labels) or 0.0
+
+        engine._observer_cost_s = 0.5  # the last sample held the loop this long (large: the test may be descheduled)
+        engine._due.append(loop.time() + 0.25)  # a delivery inside the next sample's window
+        engine.step_index = 10
+        engine._observe_sample(4, loop)
+        assert value(M.SIM_DEFERRED_SAMPLES) == 1 and value(M.OBSERVED_CALLS) == 0
+        engine.step_index = 11  # not a sampling step, but the put-off sample is owed; the delivery is still due
+        engine._observe_sample(4, loop)
+        assert value(M.SIM_DEFERRED_SAMPLES) == 1 and value(M.OBSERVED_CALLS) == 0  # counted once per sample
+        engine._due.clear()
+        engine.step_index = 12
+        engine._observe_sample(4, loop)
+        assert value(M.OBSERVED_CALLS) == 1 and value(M.OBSERVED_TOKENS) == 4  # ran: one decode call, 4 requests
+        engine.step_index = 13
+        engine._observe_sample(4, loop)
+        assert value(M.OBSERVED_CALLS) == 1  # owed sample paid; back to every 10th step
+        engine._due.append(loop.time() + 10.0)  # far beyond the sample's window: no reason to wait
+        engine.step_index = 20
+        engine._observe_sample(4, loop)
+        assert value(M.OBSERVED_CALLS) == 2 and value(M.SIM_DEFERRED_SAMPLES) == 1
+    finally:
+        loop.close()

@@ -38,6 +38,8 @@ SIM_PREFILLS = "tts_sim_prefills_total"
 SIM_FAULTS = "tts_sim_faults_total"
 SIM_HTTP_REQUESTS = "tts_sim_http_requests_total"
 SIM_TTFA_MODEL = "tts_sim_ttfa_model_seconds"
+SIM_TTFA_SERVED = "tts_sim_ttfa_served_seconds"
+SIM_DEFERRED_SAMPLES = "tts_sim_deferred_observer_samples_total"
 
 HELP = {
     CALLS: "Calls of the code predictor's build_attn_metadata (15 per talker step: 1 prefill + 14 decodes).",
@@ -68,6 +70,10 @@ HELP = {
     SIM_HTTP_REQUESTS: "Simulator: HTTP requests answered, by handler and status.",
     SIM_TTFA_MODEL: "Simulator: the model's time to first audio per request, from the steps it actually ran in "
     "(queue wait + step targets incl. measured variant time + code2wav); client TTFA minus this = HTTP + clock error.",
+    SIM_TTFA_SERVED: "Simulator: measured time from the speech handler's start to the first streamed PCM chunk handed "
+    "to the socket; minus tts_sim_ttfa_model_seconds = the simulator's clock error, client TTFA minus this = HTTP.",
+    SIM_DEFERRED_SAMPLES: "Simulator: sync-observer samples put off by one step because a chunk delivery was due "
+    "while the sample would hold the event loop (the sample still runs, one step later).",
 }
 
 # Histogram buckets: µs-scale for the predictor call, ms-scale for the step.

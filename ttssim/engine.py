@@ -4,8 +4,12 @@ Each step admits waiting requests (up to max_prefills_per_step, up to max_batch_
 times on real tensors (the 0.16.0 block table, `device=observer.device`), measures that host time, then sleeps until
 the step's modelled end (ttssim.model). Steps run on a deadline clock: a step that wakes a little late starts the
 next one from its logical deadline, so sleep granularity does not accumulate into the mean step time; a step later
-than `CATCH_UP_S` resets the clock and is counted as late. Frames are produced at the end of a step; every
-`chunk_frames` frames (and at the end) a PCM chunk reaches the request `code2wav_chunk_ms` later.
+than `CATCH_UP_S` resets the clock and is counted as late. Frames are produced at the end of a step (its logical
+deadline); every `chunk_frames` frames (and at the end) a PCM chunk reaches the request `code2wav_chunk_ms` after that
+deadline. Three things keep deliveries on the model's time while the loop also runs real work: they are scheduled at
+the absolute deadline + code2wav (not relative to a late wake-up or to the PCM synthesis), every step first yields
+once so that handlers woken by a delivery write before the variant calls hold the loop, and the sampled sync-observer
+call is put off by a step when a delivery falls due inside it.
 """
 
 from __future__ import annotations
@@ -96,6 +100,9 @@ class EngineMetrics:
         self.prefills = c(M.SIM_PREFILLS)
         self.ttfa_model = Histogram(M.SIM_TTFA_MODEL, M.HELP[M.SIM_TTFA_MODEL], buckets=M.STEP_BUCKETS + (5.0, 10.0),
                                     registry=registry)
+        self.ttfa_served = Histogram(M.SIM_TTFA_SERVED, M.HELP[M.SIM_TTFA_SERVED],
+                                     buckets=M.STEP_BUCKETS + (5.0, 10.0), registry=registry)
+        self.deferred = c(M.SIM_DEFERRED_SAMPLES)
         self.faults = c(M.SIM_FAULTS, ["kind"])
         self.http = c(M.SIM_HTTP_REQUESTS, ["handler", "status"])
 
@@ -127,6 +134,9 @@ class Engine:
         self._wake = asyncio.Event()
         self._inputs: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._mismatch_logged = False
+        self._due: deque[float] = deque()  # loop times of scheduled chunk deliveries, in order
+        self._sample_pending = False  # an observer sample was put off because a delivery was due
+        self._observer_cost_s = 0.0  # last sample's host time: how long the next one will hold the loop
 
     # --- requests -------------------------------------------------------------------------------------------
     def submit(self, text: str, max_new_tokens: int, t_arrival: float | None = None) -> SpeechRequest:
@@ -176,6 +186,8 @@ class Engine:
                 self._wake.clear()
                 deadline = None
                 await self._wake.wait()
+            # let handlers woken by a chunk delivery (same loop iteration as this wake-up) write it first
+            await asyncio.sleep(0)
             now = loop.time()
             if deadline is None:
                 start = now
@@ -194,8 +206,8 @@ class Engine:
             rest = sim_model.modelled_rest_s(m, batch, admitted)
             stall = syncs * sim_model.stall_per_sync_s(m, self.device_type)
             target = sim_model.step_target_s(m, batch, admitted, variant_s, syncs, self.device_type)
-            self._observe_sample(batch)
             deadline = start + target
+            self._observe_sample(batch, loop)
             for r in self.running:
                 if r.model_s is not None and r.frames_sent == 0:
                     r.model_s += target
@@ -209,7 +221,7 @@ class Engine:
             mt.stall.inc(stall)
             mt.injected.inc(target - (rest + variant_s + stall))
             mt.prefills.inc(admitted)
-            self._produce(loop)
+            self._produce(loop, deadline)
             self.step_index += 1
 
     def _admit(self, start: float) -> int:
@@ -259,11 +271,23 @@ class Engine:
             mt.batch_requests.inc(batch)
         return total_s, syncs
 
-    def _observe_sample(self, batch: int) -> None:
-        """Every Nth step, re-run one (or all 15) calls under the sync observer: the observer costs 3-7x a call."""
+    def _observe_sample(self, batch: int, loop: asyncio.AbstractEventLoop) -> None:
+        """Every Nth step, re-run one (or all 15) calls under the sync observer: the observer costs 3-7x a call.
+
+        The sample is a shadow call outside the step's measured work, so its timing is free: when a chunk delivery
+        falls due while it would hold the loop, it moves to the next step (counted) instead of delaying the audio."""
         every = self.cfg.server.sync_sample_every_steps
-        if self.step_index % every:
+        if self.step_index % every and not self._sample_pending:
             return
+        now = loop.time()
+        while self._due and self._due[0] <= now:
+            self._due.popleft()
+        if self._due and self._due[0] <= now + 1.5 * self._observer_cost_s + 5e-4:
+            if not self._sample_pending:
+                self.metrics.deferred.inc()
+            self._sample_pending = True
+            return
+        self._sample_pending = False
         inputs = self._call_inputs(batch)
         if self.cfg.server.sync_sample_calls == "all":
             picks = range(len(inputs))
@@ -284,11 +308,13 @@ class Engine:
                 self._mismatch_logged = True
                 log.warning("sync observer saw %d syncs where the closed form says %d (%s, T=%d)",
                             count.syncs, expected, self.variant, tokens)
-        mt.observer.inc(time.perf_counter() - t0)
+        self._observer_cost_s = time.perf_counter() - t0
+        mt.observer.inc(self._observer_cost_s)
 
-    def _produce(self, loop: asyncio.AbstractEventLoop) -> None:
-        """One frame for every running request; hand out chunks; retire finished requests."""
+    def _produce(self, loop: asyncio.AbstractEventLoop, step_end: float) -> None:
+        """One frame for every running request; hand out chunks at step_end + code2wav; retire finished requests."""
         chunk, delay = self.cfg.audio.chunk_frames, self.cfg.model.code2wav_chunk_ms * 1e-3
+        at = step_end + delay
         still = []
         produced = 0
         for r in self.running:
@@ -302,7 +328,9 @@ class Engine:
                     self.metrics.ttfa_model.observe(r.model_s + delay)
                 pcm = self.voice.pcm(r.rows[r.frames_sent:r.frames_done])
                 r.frames_sent = r.frames_done
-                loop.call_later(delay, _deliver, r.out, pcm, done)
+                loop.call_at(at, _deliver, r.out, pcm, done)
+                if not self._due or self._due[-1] != at:
+                    self._due.append(at)
             if done:
                 r.finished = True
                 self.metrics.requests.labels("ok").inc()

@@ -229,13 +229,13 @@ async def speech(request: web.Request) -> web.StreamResponse:
         engine.metrics.faults.labels("malformed_audio").inc()
     try:
         if req["stream"]:
-            return await _stream(request, engine, faults, sreq, malformed)
+            return await _stream(request, engine, faults, sreq, malformed, t_arrival)
         return await _whole(engine, sreq, req, malformed)
     finally:
         engine.abort(sreq)  # no-op when finished; frees the batch slot when the client left
 
 
-async def _stream(request, engine, faults, sreq, malformed: bool) -> web.StreamResponse:
+async def _stream(request, engine, faults, sreq, malformed: bool, t_arrival: float) -> web.StreamResponse:
     """Raw PCM16 chunks as the engine produces them (headers go out at once, like a Starlette StreamingResponse).
 
     A client that closes the connection mid-stream (a load generator stopping its users does it to every stream in
@@ -257,6 +257,8 @@ async def _stream(request, engine, faults, sreq, malformed: bool) -> web.StreamR
             if malformed and first:
                 item = item[:-1]  # the first chunk loses a byte: the stream is no longer whole PCM16 samples
             await resp.write(item)
+            if first:
+                engine.metrics.ttfa_served.observe(asyncio.get_running_loop().time() - t_arrival)
             sent += len(item)
             if first and cut:
                 engine.metrics.faults.labels("cut_stream").inc()
