@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -315,9 +316,8 @@ class Session:
                seq: int | None = None) -> RequestRecord:
         rec = RequestRecord(
             run_id=self.run["run_id"], worker=self.worker_label, step=ph.step, concurrency=ph.concurrency,
-            phase=ph.phase, mode=self.run["mode"], ok=out.ok, error=out.error, status=out.status, ttfa_s=out.ttfa_s,
-            e2e_s=out.e2e_s, audio_s=out.audio_s, rtf=out.rtf, bytes=out.bytes, t_start=t_start,
-            prompt_id=prompt_id, bucket=bucket, variant=self.run["variant"], seq=seq,
+            phase=ph.phase, mode=self.run["mode"], t_start=t_start, prompt_id=prompt_id, bucket=bucket,
+            variant=self.run["variant"], seq=seq, **asdict(out),  # the measured fields, named once in Outcome
         )
         line = dumps(rec.to_dict())
         if self.requests_writer is None:

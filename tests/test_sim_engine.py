@@ -175,3 +175,24 @@ def test_observer_sample_moves_past_a_due_delivery():
         assert value(M.OBSERVED_CALLS) == 2 and value(M.SIM_DEFERRED_SAMPLES) == 1
     finally:
         loop.close()
+
+
+def test_a_scrape_always_sees_whole_steps(servers):
+    """Every counter of a step moves at one point between two yields of the loop: a scrape taken at any moment (most
+    land while a step sleeps) has exactly 15 predictor calls per step, so per-step ratios between scrapes are exact."""
+    s = servers["original"]
+    v = '{variant="original"}'
+    with cf.ThreadPoolExecutor(2) as pool:
+        fut = pool.submit(requests.post, s.url + "/v1/audio/speech", json={"input": "x" * 200}, timeout=60)
+        seen = []
+        while not fut.done():
+            m = metrics(s)
+            seen.append((m.get(M.STEPS, 0.0), m.get(M.CALLS + v, 0.0), m.get(M.SECONDS + "_count" + v, 0.0),
+                         m.get(M.TOKENS + v, 0.0), m.get(M.REQUESTS + v, 0.0)))
+        assert fut.result().status_code == 200
+    busy = {x for x in seen if x[0] > seen[0][0]}  # scrapes taken while the request ran
+    assert len(busy) >= 5, seen
+    steps0 = seen[0][0]
+    for steps, calls, count, tokens, reqs in seen:
+        assert calls == count == 15 * steps, (steps, calls, reqs)
+    assert seen[-1][3] - seen[0][3] == 16 * (seen[-1][0] - steps0)

@@ -201,7 +201,7 @@ class Engine:
             if batch == 0:
                 deadline = None
                 continue
-            variant_s, syncs = self._predictor_calls(batch)
+            variant_s, syncs, call_s = self._predictor_calls(batch)
             m = self.cfg.model
             rest = sim_model.modelled_rest_s(m, batch, admitted)
             stall = syncs * sim_model.stall_per_sync_s(m, self.device_type)
@@ -214,6 +214,8 @@ class Engine:
             # always yield, even when late: chunk deliveries and HTTP handlers run in this gap
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             end = loop.time()
+            # every counter of a step moves here, between two yields: a scrape never sees a step's calls without it
+            self._count_calls(batch, call_s)
             mt.steps.inc()
             mt.step_seconds.observe(end - now)
             mt.batch.observe(batch)
@@ -252,24 +254,26 @@ class Engine:
             self._inputs[batch] = cached
         return cached
 
-    def _predictor_calls(self, batch: int) -> tuple[float, float]:
-        """The 15 real calls; returns (host seconds, syncs by the closed form)."""
-        mt, bs, kill = self.metrics, self.cfg.model.block_size, self.cfg.faults.kill_after_steps
-        total_s, syncs = 0.0, 0
+    def _predictor_calls(self, batch: int) -> tuple[float, float, list[float]]:
+        """The 15 real calls; returns (host seconds, syncs by the closed form, seconds of each call)."""
+        bs, kill = self.cfg.model.block_size, self.cfg.faults.kill_after_steps
+        syncs, call_s = 0, []
         for i, (ql, sl) in enumerate(self._call_inputs(batch)):
             if kill is not None and self.step_index >= kill and i == KILL_AFTER_CALL:
                 _kill_self(self.step_index, i)
             t0 = time.perf_counter()
             self.fn(ql, sl, self.block_table, block_size=bs, device=self.device)
-            dt = time.perf_counter() - t0
-            total_s += dt
-            tokens = batch * self.shapes[i][0]
-            syncs += syncs_per_call(self.variant, tokens)
+            call_s.append(time.perf_counter() - t0)
+            syncs += syncs_per_call(self.variant, batch * self.shapes[i][0])
+        return sum(call_s), syncs, call_s
+
+    def _count_calls(self, batch: int, call_s: list[float]) -> None:
+        mt = self.metrics
+        for (q, _), dt in zip(self.shapes, call_s, strict=True):
             mt.calls.inc()
             mt.seconds.observe(dt)
-            mt.tokens.inc(tokens)
+            mt.tokens.inc(batch * q)
             mt.batch_requests.inc(batch)
-        return total_s, syncs
 
     def _observe_sample(self, batch: int, loop: asyncio.AbstractEventLoop) -> None:
         """Every Nth step, re-run one (or all 15) calls under the sync observer: the observer costs 3-7x a call.
