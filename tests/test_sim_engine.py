@@ -193,6 +193,6 @@ def test_a_scrape_always_sees_whole_steps(servers):
     busy = {x for x in seen if x[0] > seen[0][0]}  # scrapes taken while the request ran
     assert len(busy) >= 5, seen
     steps0 = seen[0][0]
-    for steps, calls, count, tokens, reqs in seen:
+    for steps, calls, count, _tokens, reqs in seen:
         assert calls == count == 15 * steps, (steps, calls, reqs)
     assert seen[-1][3] - seen[0][3] == 16 * (seen[-1][0] - steps0)
