@@ -52,7 +52,8 @@ HELP = {
     REQUESTS: "Requests in the batch, summed over build_attn_metadata calls (mean batch = this / calls).",
     INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
     STEPS: "Talker steps executed by the engine (one 12 Hz codec frame for every running request).",
-    STEP_SECONDS: "Wall time of one engine step, seconds (simulated model time + real variant time).",
+    STEP_SECONDS: "Wall time of one engine step, seconds (simulated model time + real variant time), from the previous "
+    "step's end (its start after idle) to its end: the cadence clients see.",
     BATCH_SIZE: "Requests advanced per engine step.",
     RUNNING: "Requests currently in the running batch.",
     WAITING: "Requests admitted but waiting for a batch slot.",

@@ -180,15 +180,16 @@ class Engine:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         deadline: float | None = None
+        prev_end: float | None = None  # end of the previous step while busy: step time = end-to-end cadence
         mt = self.metrics
         while True:
             if not self.running and not self.waiting:
                 self._wake.clear()
-                deadline = None
+                deadline = prev_end = None
                 await self._wake.wait()
+            now = loop.time()
             # let handlers woken by a chunk delivery (same loop iteration as this wake-up) write it first
             await asyncio.sleep(0)
-            now = loop.time()
             if deadline is None:
                 start = now
             elif now - deadline > CATCH_UP_S:
@@ -199,7 +200,7 @@ class Engine:
             admitted = self._admit(start)
             batch = len(self.running)
             if batch == 0:
-                deadline = None
+                deadline = prev_end = None
                 continue
             variant_s, syncs, call_s = self._predictor_calls(batch)
             m = self.cfg.model
@@ -217,7 +218,9 @@ class Engine:
             # every counter of a step moves here, between two yields: a scrape never sees a step's calls without it
             self._count_calls(batch, call_s)
             mt.steps.inc()
-            mt.step_seconds.observe(end - now)
+            # from the previous step's end, so the bookkeeping between steps (counters, chunks) is in the step time
+            mt.step_seconds.observe(end - (now if prev_end is None else prev_end))
+            prev_end = end
             mt.batch.observe(batch)
             mt.modelled.inc(rest)
             mt.stall.inc(stall)
