@@ -81,6 +81,7 @@ HELP = {
 SECONDS_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
 STEP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TTFA_BUCKETS = STEP_BUCKETS + (5.0, 10.0)  # time to first audio: a step's scale up to a long queue wait
 
 
 @dataclass(frozen=True)

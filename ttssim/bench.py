@@ -25,6 +25,7 @@ import aiohttp
 import numpy as np
 import soundfile as sf
 
+from loadtest.prompts import Voice, speech_payload
 from tts_predictor import metrics as M
 
 from .config import load_config
@@ -57,10 +58,11 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
         return parse_metrics(await r.text())
 
 
-def speech_body(text: str, ref: str) -> bytes:
-    """The request body, encoded once: JSON-encoding a 64 KB data: URI is the client's work, not time to first audio."""
-    return json.dumps({"input": text, "task_type": "Base", "ref_audio": ref, "ref_text": "A reference.",
-                       "language": "English", "response_format": "pcm", "stream": True}).encode()
+def speech_body(text: str, ref: str, model: str) -> bytes:
+    """The load generator's streaming Base body, encoded once: JSON-encoding a 64 KB data: URI is the client's work,
+    not time to first audio."""
+    voice = Voice(audio_path="(generated sine)", transcript="A reference.", data_uri=ref)
+    return json.dumps(speech_payload(text, voice, model=model, language="English", mode="stream")).encode()
 
 
 async def one_request(session, url, body: bytes) -> dict:
@@ -81,8 +83,7 @@ async def one_request(session, url, body: bytes) -> dict:
     return {"ttfa": ttfa, "e2e": time.perf_counter() - t0, "bytes": nbytes, "status": status, "error": error}
 
 
-async def run_level(url: str, c: int, text: str, repeats: int, ref: str) -> tuple[list[dict], dict, dict, float]:
-    body = speech_body(text, ref)
+async def run_level(url: str, c: int, body: bytes, repeats: int) -> tuple[list[dict], dict, dict, float]:
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
         before = await scrape(s, url)
@@ -100,6 +101,12 @@ async def run_level(url: str, c: int, text: str, repeats: int, ref: str) -> tupl
 
 def delta(before: dict, after: dict, key: str) -> float:
     return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def histogram_mean(d: dict[str, float], name: str) -> float:
+    """Mean of an unlabelled histogram's observations in a window of deltas (NaN when it saw none)."""
+    n = d.get(name + "_count", 0.0)
+    return d.get(name + "_sum", 0.0) / n if n else float("nan")
 
 
 def analyse(variant: str, cfg, c: int, results, before, after, wall, text_frames: int) -> dict:
@@ -129,10 +136,8 @@ def analyse(variant: str, cfg, c: int, results, before, after, wall, text_frames
     if c == 1 and steps:
         per_step = row["variant_s"] / steps
         row["ttfa_closed_form"] = predict_ttfa_s(cfg.model, cfg.audio.chunk_frames, variant, per_step)
-        n_model = d.get(M.SIM_TTFA_MODEL + "_count", 0.0)
-        row["ttfa_model"] = d.get(M.SIM_TTFA_MODEL + "_sum", 0.0) / n_model if n_model else float("nan")
-        n_served = d.get(M.SIM_TTFA_SERVED + "_count", 0.0)
-        row["ttfa_served"] = d.get(M.SIM_TTFA_SERVED + "_sum", 0.0) / n_served if n_served else float("nan")
+        row["ttfa_model"] = histogram_mean(d, M.SIM_TTFA_MODEL)
+        row["ttfa_served"] = histogram_mean(d, M.SIM_TTFA_SERVED)
         row["deferred"] = d.get(M.SIM_DEFERRED_SAMPLES, 0.0)
         row["ttfa_mean"] = statistics.fmean(ttfas) if ttfas else float("nan")
         row["ttfa_all"] = ttfas
@@ -240,15 +245,15 @@ def main(argv=None) -> int:
     frames = cfg.audio.min_frames if len(text) * cfg.audio.frames_per_char < cfg.audio.min_frames else None
     frames = frames or int(np.ceil(len(text) * cfg.audio.frames_per_char))
     args.frames = frames
-    ref = ref_audio_uri()
+    body = speech_body(text, ref_audio_uri(), cfg.model.name)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
     t_all = time.perf_counter()
     rows = []
     for c in (int(x) for x in args.levels.split(",")):
         with SimServer(args.variant, config=args.config) as srv:
-            asyncio.run(run_level(srv.url, 1, text, 1, ref))  # warm-up: first calls, imports, allocator
+            asyncio.run(run_level(srv.url, 1, body, 1))  # warm-up: first calls, imports, allocator
             results, before, after, wall = asyncio.run(
-                run_level(srv.url, c, text, args.ttfa_repeats if c == 1 else 1, ref))
+                run_level(srv.url, c, body, args.ttfa_repeats if c == 1 else 1))
         row = analyse(args.variant, cfg, c, results, before, after, wall, frames)
         rows.append(row)
         print(f"c={c}: {row['errors']} errors, measured {1e3 * row['measured_s'] / max(row['steps'], 1):.2f} ms/step, "

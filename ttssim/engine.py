@@ -98,10 +98,9 @@ class EngineMetrics:
         self.observer = c(M.SIM_OBSERVER_SECONDS)
         self.late = c(M.SIM_LATE_STEPS)
         self.prefills = c(M.SIM_PREFILLS)
-        self.ttfa_model = Histogram(M.SIM_TTFA_MODEL, M.HELP[M.SIM_TTFA_MODEL], buckets=M.STEP_BUCKETS + (5.0, 10.0),
-                                    registry=registry)
-        self.ttfa_served = Histogram(M.SIM_TTFA_SERVED, M.HELP[M.SIM_TTFA_SERVED],
-                                     buckets=M.STEP_BUCKETS + (5.0, 10.0), registry=registry)
+        self.ttfa_model = Histogram(M.SIM_TTFA_MODEL, M.HELP[M.SIM_TTFA_MODEL], buckets=M.TTFA_BUCKETS, registry=registry)
+        self.ttfa_served = Histogram(M.SIM_TTFA_SERVED, M.HELP[M.SIM_TTFA_SERVED], buckets=M.TTFA_BUCKETS,
+                                     registry=registry)
         self.deferred = c(M.SIM_DEFERRED_SAMPLES)
         self.faults = c(M.SIM_FAULTS, ["kind"])
         self.http = c(M.SIM_HTTP_REQUESTS, ["handler", "status"])
