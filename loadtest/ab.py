@@ -445,9 +445,10 @@ class Runner:
                 old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
                 if old.get("status") in DONE:
                     continue
-                if old.get("status") == "failed" and previous_failures(meta_path) > FAILED_RERUNS_MAX:
-                    print(f"block {b['block_id']}: failed {previous_failures(meta_path)} times, not run again "
-                          f"({old.get('reason')})", flush=True)
+                failures = previous_failures(meta_path) if old.get("status") == "failed" else 0
+                if failures > FAILED_RERUNS_MAX:
+                    print(f"block {b['block_id']}: failed {failures} times, not run again ({old.get('reason')})",
+                          flush=True)
                     continue
                 if self.stop:
                     raise Interrupted

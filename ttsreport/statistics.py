@@ -158,37 +158,34 @@ def _sample_sum(samples: dict, name: str) -> float | None:
     return float(sum(vals)) if vals else None
 
 
-def _snapshot_deltas(counters: list[dict], name: str) -> dict[int, float]:
-    """Per level: end minus start of a counter in the raw snapshots (for names the delta lines do not carry)."""
+def _snapshot_pairs(counters: list[dict], value, keep=lambda a, b: True) -> dict[int, tuple[float, float]]:
+    """Per level: (start, end) of value(snapshot) over the scraper's start/end snapshots (None values skipped; an
+    end pair that keep() refuses leaves the level's earlier pair in place)."""
     start: dict[int, float] = {}
-    out: dict[int, float] = {}
+    out: dict[int, tuple[float, float]] = {}
     for c in counters:
         if c.get("kind") != "snapshot" or c.get("concurrency") is None:
             continue
-        v = _sample_sum(c.get("samples"), name)
+        v = value(c)
         if v is None:
             continue
         lv = int(c["concurrency"])
         if c.get("edge") == "start":
             start[lv] = v
-        elif c.get("edge") == "end" and lv in start:
-            out[lv] = v - start[lv]
+        elif c.get("edge") == "end" and lv in start and keep(start[lv], v):
+            out[lv] = (start[lv], v)
     return out
+
+
+def _snapshot_deltas(counters: list[dict], name: str) -> dict[int, float]:
+    """Per level: end minus start of a counter in the raw snapshots (for names the delta lines do not carry)."""
+    pairs = _snapshot_pairs(counters, lambda c: _sample_sum(c.get("samples"), name))
+    return {lv: b - a for lv, (a, b) in pairs.items()}
 
 
 def _edges(counters: list[dict]) -> dict[int, tuple[float, float]]:
     """Measure window per level from the scraper's start/end snapshots (absolute epoch seconds)."""
-    start: dict[int, float] = {}
-    out: dict[int, tuple[float, float]] = {}
-    for c in counters:
-        if c.get("kind") != "snapshot" or c.get("concurrency") is None or c.get("t") is None:
-            continue
-        lv = int(c["concurrency"])
-        if c.get("edge") == "start":
-            start[lv] = float(c["t"])
-        elif c.get("edge") == "end" and lv in start and float(c["t"]) > start[lv]:
-            out[lv] = (start[lv], float(c["t"]))
-    return out
+    return _snapshot_pairs(counters, lambda c: None if c.get("t") is None else float(c["t"]), keep=lambda a, b: b > a)
 
 
 def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, float] | None = None,
