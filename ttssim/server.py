@@ -267,7 +267,6 @@ async def _stream(request, engine, faults, sreq, malformed: bool, t_arrival: flo
             first = False
         await resp.write_eof()
     except ConnectionResetError:  # aiohttp's ClientConnectionResetError: "Cannot write to closing transport"
-        engine.abort(sreq)
         log.debug("client closed the stream after %d bytes", sent)
     return resp
 
