@@ -145,8 +145,13 @@ class Engine:
         request preparation (body read, JSON, ref_audio decode) like it counts the real variant time."""
         if self.dead is not None:
             raise EngineDead(str(self.dead))
-        if len(self.waiting) >= self.cfg.model.max_waiting:
-            raise QueueFull(f"{len(self.waiting)} requests are waiting (limit {self.cfg.model.max_waiting})")
+        # the limit is on requests waiting for a batch slot: those the next step boundary admits do not count, so
+        # whether the step loop has run since they arrived (event-loop timing) does not decide who gets a 503
+        m = self.cfg.model
+        starting = min(max(0, m.max_batch_size - len(self.running)), m.max_prefills_per_step)
+        queued = max(0, len(self.waiting) - starting)
+        if queued >= m.max_waiting:
+            raise QueueFull(f"{queued} requests are waiting for a batch slot (limit {m.max_waiting})")
         n = self.voice.num_frames(text, max_new_tokens)
         req = SpeechRequest(text=text, total_frames=n, rows=self.voice.frame_index(text, n),
                             t_submit=asyncio.get_running_loop().time() if t_arrival is None else t_arrival)
