@@ -19,6 +19,17 @@ TOKENS = "tts_predictor_tokens_total"
 REQUESTS = "tts_predictor_batch_requests_total"
 INFO = "tts_predictor_info"
 
+# --- the real server's step clock (plugin; the quantity the simulator models) ---------------------------------
+STEP_INTERVAL = "tts_predictor_step_interval_seconds"
+STEP_BATCH = "tts_predictor_step_batch_size"
+
+# --- hot swap control channel (plugin and simulator; tts_predictor.control) ------------------------------------
+SWITCHES = "tts_predictor_variant_switches_total"
+ACTIVE_VARIANT = "tts_predictor_active_variant"
+CONTROL_EPOCH = "tts_predictor_control_epoch"
+OBSERVE_ENABLED = "tts_predictor_observe_enabled"
+CONTROL_ERRORS = "tts_predictor_control_errors_total"
+
 # --- engine (simulator; on vllm-omni the talker step count is derived from prefill calls) ---------------------
 STEPS = "tts_engine_steps_total"
 STEP_SECONDS = "tts_engine_step_seconds"
@@ -51,6 +62,15 @@ HELP = {
     TOKENS: "Query tokens laid out by build_attn_metadata (T summed over calls).",
     REQUESTS: "Requests in the batch, summed over build_attn_metadata calls (mean batch = this / calls).",
     INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
+    STEP_INTERVAL: "Time between the first build_attn_metadata calls of consecutive talker steps in one process, "
+    "seconds (the real server's step clock; a gap longer than an idle threshold starts a new busy period).",
+    STEP_BATCH: "Requests in a talker step (from the step's first build_attn_metadata call).",
+    SWITCHES: "Variant switches applied through the control file, by the variant switched to.",
+    ACTIVE_VARIANT: "1 for the variant this process runs now, 0 for the others.",
+    CONTROL_EPOCH: "Epoch of the control file last applied (the runner's confirmation that a switch took effect).",
+    OBSERVE_ENABLED: "1 while the sync observer samples calls, 0 while it is switched off (timing windows).",
+    CONTROL_ERRORS: "Control file changes refused (unknown variant, broken JSON, ...), by reason; the server kept "
+    "its current settings.",
     STEPS: "Talker steps executed by the engine (one 12 Hz codec frame for every running request).",
     STEP_SECONDS: "Wall time of one engine step, seconds (simulated model time + real variant time), from the previous "
     "step's end (its start after idle) to its end: the cadence clients see.",
