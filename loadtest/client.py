@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-SAMPLE_RATE = 24000
-BYTES_PER_SAMPLE = 2
+from tts_predictor.domain import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, SAMPLES_PER_CODEC_FRAME
+
 SPEECH_PATH = "/v1/audio/speech"
 READ_SIZE = 64 * 1024
-# A response can never be longer than max_new_tokens (4096) frames at 12 Hz of 24 kHz PCM16 (~16.4 MB); twice that
+# A response can never be longer than max_new_tokens (4096) codec frames of 1920 samples of PCM16 (~15.7 MB); twice that
 # bounds the client's memory when a broken server streams without end.
-MAX_RESPONSE_BYTES = 2 * (4096 * SAMPLE_RATE // 12) * BYTES_PER_SAMPLE
+MAX_RESPONSE_BYTES = 2 * 4096 * SAMPLES_PER_CODEC_FRAME * BYTES_PER_SAMPLE
 
 
 class Response(Protocol):
@@ -112,7 +112,7 @@ def run_request(
         if mode == "stream":
             if nbytes % BYTES_PER_SAMPLE:
                 return _fail(f"odd PCM byte count {nbytes}", status, ttfa, e2e, nbytes)
-            audio_s = nbytes / (SAMPLE_RATE * BYTES_PER_SAMPLE)
+            audio_s = nbytes / (SAMPLE_RATE_HZ * BYTES_PER_SAMPLE)
             if not nonzero:
                 return _fail("silent audio (all samples zero)", status, ttfa, e2e, nbytes, audio_s)
         else:
@@ -150,8 +150,8 @@ def check_wav(data: bytes) -> tuple[float | None, str | None]:
         return None, f"wav does not decode: {_short(e)}"
     frames, channels = samples.shape
     audio_s = frames / sr if sr else None
-    if sr != SAMPLE_RATE:
-        return audio_s, f"wav sample rate {sr} Hz, expected {SAMPLE_RATE}"
+    if sr != SAMPLE_RATE_HZ:
+        return audio_s, f"wav sample rate {sr} Hz, expected {SAMPLE_RATE_HZ}"
     if channels != 1:
         return audio_s, f"wav has {channels} channels, expected mono"
     if frames == 0:

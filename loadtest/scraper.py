@@ -1,7 +1,8 @@
 """Server counters: /metrics scraped at both edges of every measure phase, stored raw and as per-step deltas.
 
-Parsing uses prometheus_client's text parser; metric names come only from tts_predictor.metrics. A failed
-scrape is written as a snapshot with ok=false and makes the step's delta null, it never stops the run.
+`parse_metrics` is the suite's one Prometheus text parser (prometheus_client's, keyed by `sample_key`); the tools and
+tests use it too. Metric names come only from tts_predictor.metrics. A failed scrape is written as a snapshot with
+ok=false and makes the step's delta null, it never stops the run. HTTP goes through httpx.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.records import COUNTERS_SCHEMA
+from loadtest.records import CounterDelta, CounterSnapshot
 from tts_predictor import metrics as m
-
-CALLS_PER_STEP = 15  # 1 prefill + 14 decodes of the code predictor per talker step (design.md)
+from tts_predictor.domain import CALLS_PER_STEP
 
 
 def _escape(v: str) -> str:
@@ -40,6 +41,11 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[tuple[str, dict[str
             flat[sample_key(s.name, s.labels)] = float(s.value)
             rows.append((s.name, dict(s.labels), float(s.value)))
     return flat, rows
+
+
+def samples(text: str) -> dict[str, float]:
+    """Just the {sample_key: value} mapping of an exposition (see parse_metrics)."""
+    return parse_metrics(text)[0]
 
 
 def total(rows, name: str) -> float | None:
@@ -104,9 +110,7 @@ def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hin
 
 
 def http_get(url: str, timeout_s: float) -> str:
-    import requests
-
-    r = requests.get(url, timeout=timeout_s)
+    r = httpx.get(url, timeout=timeout_s)
     r.raise_for_status()
     return r.text
 
@@ -130,13 +134,13 @@ class Scraper:
         t = self._clock()
         rows = None
         error = None
-        samples: dict[str, float] = {}
+        flat: dict[str, float] = {}
         try:
-            samples, rows = parse_metrics(self._fetch(target, self._timeout))
+            flat, rows = parse_metrics(self._fetch(target, self._timeout))
         except Exception as e:  # unreachable server, bad text, HTTP error: recorded, never fatal
             error = f"{type(e).__name__}: {str(e)[:200]}"
-        self._write({"schema": COUNTERS_SCHEMA, "kind": "snapshot", "step": step, "concurrency": concurrency,
-                     "edge": edge, "t": t, "target": target, "ok": error is None, "error": error, "samples": samples})
+        self._write(CounterSnapshot(step=step, concurrency=concurrency, edge=edge, t=t, target=target,
+                                    ok=error is None, error=error, samples=flat).to_dict())
         if edge == "start":
             self._starts[(step, target)] = (t, rows)
             return
@@ -146,5 +150,4 @@ class Scraper:
         else:  # one edge failed: all numbers unknown, the line still says the step existed
             delta = compute_delta(None, [], duration_s=(t - t0) if t0 is not None else None,
                                   variant_hint=self.variant_hint)
-        self._write({"schema": COUNTERS_SCHEMA, "kind": "delta", "step": step, "concurrency": concurrency,
-                     "target": target, **delta})
+        self._write(CounterDelta(step=step, concurrency=concurrency, target=target, **delta).to_dict())

@@ -26,7 +26,9 @@ from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voi
 from loadtest.records import RUN_SCHEMA, JsonlWriter, RequestRecord, dumps
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
+from loadtest.server_process import health, wait_healthy
 from loadtest.shape import Phase, PhaseTracker, Schedule
+from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
 
 log = logging.getLogger("loadtest")
 MSG_PHASE = "tts_phase"
@@ -37,8 +39,6 @@ SHIP_INTERVAL_S = 1.0
 # before its next try, so a dead server yields a few failure records per second per user, not thousands.
 CONNECT_BACKOFF_S = 0.25
 FINAL_WAIT_S = 20.0
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
-VARIANT_NAMES = ("original", "fixed", "vectorized")  # = tts_predictor.variants.VARIANTS, without importing torch
 
 
 class TTSFailure(Exception):
@@ -56,37 +56,21 @@ def add_options(parser) -> None:
                    help="comma-separated /metrics URLs to scrape (default <host>/metrics; 'none' disables)")
     g.add_argument("--seed", type=int, default=-1, help="prompt sequence seed (default: the scenario's)")
     g.add_argument("--variant", default="", help="variant label written into the records (e.g. original)")
-    g.add_argument("--model", default=DEFAULT_MODEL, help="model name sent in each request")
+    g.add_argument("--model", default=MODEL_NAME, help="model name sent in each request")
     g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
     g.add_argument("--ready-timeout", type=float, default=10.0,
                    help="seconds to wait for <host>/health to answer 200 before the run starts (0: do not check)")
 
 
-def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep) -> None:
-    """Poll <host>/health until it answers 200; ValueError with the last reason after timeout_s (bounded per try)."""
-    import urllib.error
-    import urllib.request
-
+def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep, check=health) -> None:
+    """Wait until <host>/health answers 200 (loadtest.server_process.wait_healthy); ValueError with the last reason
+    after timeout_s, or for a host that is not an http(s) URL."""
     if urlsplit(host).scheme not in ("http", "https") or not urlsplit(host).hostname:
         raise ValueError(f"--host must be http(s)://host[:port], got {host!r}")
-    deadline = clock() + timeout_s
-    last = "no answer"
-    while True:
-        left = deadline - clock()
-        try:
-            with urllib.request.urlopen(host + "/health", timeout=max(0.1, min(2.0, left))) as r:
-                if r.status == 200:
-                    return
-                last = f"/health answered HTTP {r.status}"
-        except urllib.error.HTTPError as e:
-            last = f"/health answered HTTP {e.code}"
-        except (OSError, ValueError) as e:  # URLError, refused, timeout, reset
-            reason = getattr(e, "reason", None) or e
-            last = f"{type(reason).__name__}: {str(reason)[:160]}"
-        if clock() >= deadline:
-            raise ValueError(f"server {host} not ready within {timeout_s:g} s ({last}); "
-                             f"is it running? (--ready-timeout sets the wait)")
-        sleep(min(0.25, max(0.0, deadline - clock())))
+    try:
+        wait_healthy(host, timeout_s, clock=clock, sleep=sleep, check=check)
+    except TimeoutError as e:
+        raise ValueError(f"server {host} {e}; is it running? (--ready-timeout sets the wait)") from None
 
 
 def git_revision() -> str | None:

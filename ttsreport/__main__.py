@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from .analysis import write_statistics
 from .report import write_report
-from .statistics import Settings, write_statistics
+from .verdict import Settings
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA  # noqa: E402
+
 COLORS = {"A": "#3b6ea8", "B": "#e07b39"}
 VERDICT_COLORS = {"faster": "#1f9d55", "slower": "#d64545", "no_difference": "#5b6b7c", "inconclusive": "#c98a06"}
 TABLE_METRICS = ("throughput_rps", "audio_throughput", "e2e_p50", "e2e_p90", "e2e_p99", "ttfa_p50", "rtf_p50")
@@ -33,7 +35,7 @@ def load(run_dir: str | Path) -> tuple[dict, dict]:
     run = Path(run_dir)
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     comparison = json.loads((run / "comparison.json").read_text(encoding="utf-8"))
-    if summary.get("schema") != "tts-summary/1" or comparison.get("schema") != "tts-comparison/1":
+    if summary.get("schema") != SUMMARY_SCHEMA or comparison.get("schema") != COMPARISON_SCHEMA:
         raise ValueError(f"{run}: unknown statistics schema {summary.get('schema')!r} / {comparison.get('schema')!r}")
     return summary, comparison
 
