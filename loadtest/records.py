@@ -27,6 +27,7 @@ AB_SCHEMA = "tts-ab/1"  # manifest.json of an A/B run
 BLOCK_SCHEMA = "tts-block/1"  # blocks/<id>/block.json
 SUMMARY_SCHEMA = "tts-summary/1"  # summary.json (statistics)
 COMPARISON_SCHEMA = "tts-comparison/1"  # comparison.json (statistics)
+MICRO_SCHEMA = "tts-micro/1"  # results.json of the micro benchmark (tools/micro.py), read by the prediction
 RUN_MANIFESTS = (AB_SCHEMA, RUN_SCHEMA)
 
 PHASES = ("warmup", "measure", "drain")

@@ -1,4 +1,5 @@
-"""The A/B runner: its plan, and real runs against the simulator (fresh server per block, interruption, resume)."""
+"""The A/B runner: its plan and block verdicts (unit tier), and real runs against the simulator (fresh server per
+block, interruption, resume)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,30 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-from loadtest import ab
+from loadtest import ab, plan, records, runner
+from loadtest.scenario import load_scenario
+from loadtest.server_process import health
 
-ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--scenario", "configs/scenarios/smoke.yaml", "--sim-config", "configs/sim/fast.yaml", "--levels", "8",
          "--warmup-s", "1", "--measure-s", "3", "--drain-s", "0"]
 
 
 def test_plan_aa_first_then_seeded_random_order():
-    plan = ab.make_plan(rounds=8, aa_rounds=2, a="original", b="fixed", seed=11)
-    assert [p["kind"] for p in plan] == ["aa"] * 4 + ["ab"] * 16
-    assert all(p["variant"] == "original" for p in plan[:4])
-    firsts = [plan[i]["arm"] for i in range(4, 20, 2)]
+    blocks = plan.make_plan(rounds=8, aa_rounds=2, a="original", b="fixed", seed=11)
+    assert [p["kind"] for p in blocks] == ["aa"] * 4 + ["ab"] * 16
+    assert all(p["variant"] == "original" for p in blocks[:4])
+    firsts = [blocks[i]["arm"] for i in range(4, 20, 2)]
     assert set(firsts) == {"A", "B"}  # both orders occur
     for i in range(0, 20, 2):
-        assert {plan[i]["arm"], plan[i + 1]["arm"]} == {"A", "B"} and plan[i]["round"] == plan[i + 1]["round"]
-    assert plan == ab.make_plan(8, 2, "original", "fixed", 11) != ab.make_plan(8, 2, "original", "fixed", 12)
+        assert {blocks[i]["arm"], blocks[i + 1]["arm"]} == {"A", "B"} and blocks[i]["round"] == blocks[i + 1]["round"]
+    assert blocks == plan.make_plan(8, 2, "original", "fixed", 11) != plan.make_plan(8, 2, "original", "fixed", 12)
 
 
 def test_effective_scenario_overrides(tmp_path):
-    out = ab.effective_scenario(ROOT / "configs/scenarios/demo.yaml", tmp_path / "s.yaml", {"measure_s": 2.5},
-                                [8, 64], ["mix={short: 1}"])
-    from loadtest.scenario import load_scenario
-
+    out = plan.effective_scenario(ROOT / "configs/scenarios/demo.yaml", tmp_path / "s.yaml", {"measure_s": 2.5},
+                                  [8, 64], ["mix={short: 1}"])
     sc = load_scenario(str(out))
     assert [s.concurrency for s in sc.steps] == [8, 64] and sc.steps[0].measure_s == 2.5
     assert sc.mix == {"short": 1}
@@ -56,6 +57,7 @@ def _all_json_lines_parse(run: Path) -> None:
             json.loads(line)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_interrupt_then_resume_against_the_simulator(tmp_path):
     """SIGINT in block 2 stops load and server, leaves consistent files and a partial report; resume finishes."""
@@ -86,7 +88,7 @@ def test_interrupt_then_resume_against_the_simulator(tmp_path):
     # no server or Locust of ours left behind: their ports are closed
     for b in blocks.values():
         if b.get("server_url"):
-            assert not ab.health(b["server_url"], timeout=0.5)
+            assert not health(b["server_url"], timeout_s=0.5)[0]
 
     started_first = blocks[first]["started"]
     assert ab.main(["--resume", str(run)]) == 0
@@ -101,6 +103,7 @@ def test_interrupt_then_resume_against_the_simulator(tmp_path):
     _all_json_lines_parse(run)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_server_that_does_not_start_fails_its_block_and_the_run_goes_on(tmp_path):
     rc = ab.main(["--a", "original", "--b", "fixed", "--rounds", "1", "--aa-rounds", "0", "--out", str(tmp_path),
@@ -124,6 +127,7 @@ def test_server_that_does_not_start_fails_its_block_and_the_run_goes_on(tmp_path
     assert len(list((tmp_path / "bad" / "attempts").iterdir())) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_failed_requests_make_the_block_invalid_with_their_reasons_and_resume_keeps_it(tmp_path, capsys):
     """A server that answers every request with 503: Locust's exit code does not decide (blocks are not 'failed'),
@@ -150,30 +154,35 @@ def test_failed_requests_make_the_block_invalid_with_their_reasons_and_resume_ke
 
 
 def test_request_outcomes_and_verdict(tmp_path):
-    f = tmp_path / "requests.jsonl"
+    """The runner judges a finished block from its files (a killed Locust's half line is skipped, not fatal)."""
+    bdir = tmp_path
     rows = [("measure", True, None)] * 68 + [("measure", False, "http 503: queue full")] * 10 + \
         [("measure", False, "stream broken after 4800 bytes: ClientPayloadError: x")] * 2 + \
         [("warmup", False, "connect: ConnectionRefusedError")] * 3
-    f.write_text("".join(json.dumps({"phase": ph, "ok": ok, "error": err}) + "\n" for ph, ok, err in rows) + '{"pha')
-    o = ab.request_outcomes(f)
+    (bdir / "requests.jsonl").write_text(
+        "".join(json.dumps({"phase": ph, "ok": ok, "error": err}) + "\n" for ph, ok, err in rows) + '{"pha')
+    o, why = runner.judge("original", bdir)
     assert (o["measure"], o["measure_failed"], o["other"], o["other_failed"]) == (80, 12, 3, 3)
-    assert ab.request_verdict(o) == "12 of 80 measure-phase requests failed: http 503 (10), stream broken (2)"
-    f.write_text(json.dumps({"phase": "warmup", "ok": False, "error": "no response: TimeoutError"}) + "\n")
-    assert ab.request_verdict(ab.request_outcomes(f)) == ("no measure-phase request was recorded (1 of 1 warm-up/drain"
-                                                          " requests failed: no response (1))")
-    f.write_text(json.dumps({"phase": "measure", "ok": True, "error": None}) + "\n")
-    assert ab.request_verdict(ab.request_outcomes(f)) is None
-    assert ab.error_kind("odd PCM byte count 4801") == "odd PCM byte count"
-    assert ab.error_kind("http 500") == "http 500" and ab.error_kind(None) == "unknown error"
+    assert why == records.request_verdict(o) == \
+        "12 of 80 measure-phase requests failed: http 503 (10), stream broken (2)"
+    one = [{"phase": "warmup", "ok": False, "error": "no response: TimeoutError"}]
+    assert records.request_verdict(records.request_outcomes(one)) == (
+        "no measure-phase request was recorded (1 of 1 warm-up/drain requests failed: no response (1))")
+    ok = [{"phase": "measure", "ok": True, "error": None}]
+    assert records.request_verdict(records.request_outcomes(ok)) is None
+    # requests fine, but no counters: the manipulation check cannot verify the variant
+    assert records.load_verdict("original", records.request_outcomes(ok), []).startswith("manipulation check failed")
+    assert records.error_kind("odd PCM byte count 4801") == "odd PCM byte count"
+    assert records.error_kind("http 500") == "http 500" and records.error_kind(None) == "unknown error"
 
 
 def test_locust_runs_without_failure_exit_code_and_with_the_request_timeout(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "scenario.yaml").write_text((ROOT / "configs/scenarios/smoke.yaml").read_text())
-    b = ab.make_plan(1, 0, "original", "fixed", 1)[0]
+    b = plan.make_plan(1, 0, "original", "fixed", 1)[0]
     for timeout, extra in ((None, []), (2.5, ["--request-timeout", "2.5"])):
-        r = ab.Runner(run, {"settings": {"request_timeout_s": timeout}, "plan": []})
+        r = runner.Runner(run, {"settings": {"request_timeout_s": timeout}, "plan": []})
         cmd = r.locust_cmd(b, run / "blocks" / "x", "http://127.0.0.1:1")
         assert cmd[cmd.index("--exit-code-on-error") + 1] == "0"
         assert [x for x in cmd if x == "--request-timeout"] == extra[:1] and (not extra or "2.5" in cmd)
@@ -187,11 +196,9 @@ def test_demo_preset_is_a_valid_run_description(tmp_path):
     assert a.a == "original" and a.b == "fixed" and a.backend == "sim" and a.aa_rounds >= 1
     phases = {k: v for k, v in (("warmup_s", a.warmup_s), ("measure_s", a.measure_s), ("drain_s", a.drain_s))
               if v is not None}
-    out = ab.effective_scenario(ROOT / a.scenario, tmp_path / "s.yaml", phases,
-                                [int(x) for x in a.levels.split(",")] if a.levels else None, a.scenario_set,
-                                a.last_drain_s)
-    from loadtest.scenario import load_scenario
-
+    out = plan.effective_scenario(ROOT / a.scenario, tmp_path / "s.yaml", phases,
+                                  [int(x) for x in a.levels.split(",")] if a.levels else None, a.scenario_set,
+                                  a.last_drain_s)
     sc = load_scenario(str(out))
     assert min(s.concurrency for s in sc.steps) == 8 and max(s.concurrency for s in sc.steps) == 256
     assert sc.steps[-1].drain_s > 0 and sc.steps[0].drain_s == 0
@@ -201,7 +208,6 @@ def test_demo_preset_is_a_valid_run_description(tmp_path):
 def test_demo_settings_live_in_the_config_files(tmp_path):
     """--demo only points at configs/scenarios/demo.yaml and configs/sim/demo.yaml: a reader of those files sees
     exactly what runs (the levels, phases, prompts, batch and queue the preset used to set in code)."""
-    from loadtest.scenario import load_scenario
     from ttssim.config import load_config
 
     d = ab.DEMO

@@ -6,26 +6,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
-from _faultkit import LOCUST, ROOT, free_port, without_docker_path, write_scenario
+from conftest import LOCUST, free_port, one_error, run, without_docker_path, write_scenario
 
-
-def run(cmd, timeout=60, env=None):
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def one_error(p, *needles, prefix="error:"):
-    """Exactly one line of stderr says what is wrong (argparse adds its usage lines above it), no traceback."""
-    assert p.returncode != 0, p.stdout[-1000:] + p.stderr[-1000:]
-    assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    lines = [line for line in p.stderr.splitlines() if prefix in line]
-    assert len(lines) == 1, p.stderr[-3000:]
-    for n in needles:
-        assert n.lower() in lines[0].lower(), lines[0]
-    return lines[0]
+pytestmark = pytest.mark.slow  # every test runs a command line in its own process
 
 
 def locust(tmp_path, *args, scenario=None, host=None):
@@ -67,13 +53,6 @@ def test_unknown_variant_ab(tmp_path):
 def test_unknown_variant_locust(tmp_path):
     one_error(locust(tmp_path, "--variant", "bogus"), "unknown variant", "bogus")
     nothing_written(tmp_path)
-
-
-def test_locust_variant_names_match_the_predictor():
-    from loadtest.session import VARIANT_NAMES
-    from tts_predictor.variants import VARIANTS
-
-    assert set(VARIANT_NAMES) == set(VARIANTS)
 
 
 # --- concurrency 0 / negative -------------------------------------------------------------------------------------
@@ -185,9 +164,7 @@ def test_vllm_backend_without_docker_launcher():
     env = {**os.environ, "PATH": without_docker_path()}
     p = run([sys.executable, "-m", "ttssim.launch", "--variant", "fixed", "--backend", "vllm", "--port",
              str(free_port())], env=env, timeout=60)
-    # before docker/serve.sh existed the launcher said so ("make serve: ... missing"); now serve.sh says "error: ..."
-    prefix = "error:" if (ROOT / "docker" / "serve.sh").is_file() else "make serve"
-    one_error(p, "docker", prefix=prefix)
+    one_error(p, "docker", prefix="error:")  # docker/serve.sh says it
 
 
 def test_vllm_backend_without_docker_ab(tmp_path):
@@ -198,18 +175,12 @@ def test_vllm_backend_without_docker_ab(tmp_path):
     nothing_written(tmp_path)
 
 
-needs_serve_sh = pytest.mark.skipif(not (ROOT / "docker" / "serve.sh").is_file(),
-                                    reason="docker/serve.sh has not landed yet (issue 6)")
-
-
-@needs_serve_sh
 def test_serve_sh_without_docker(tmp_path):
     env = {**os.environ, "PATH": without_docker_path(), "VARIANT": "fixed", "PORT": str(free_port())}
     p = run(["bash", "docker/serve.sh"], env=env, timeout=30)
     assert p.returncode != 0 and "docker" in p.stderr.lower() and "Traceback" not in p.stderr
 
 
-@needs_serve_sh
 def test_serve_sh_without_gpu_runtime(tmp_path):
     """A docker that answers but lists no NVIDIA runtime: serve.sh must refuse, not start a CPU container."""
     bin_dir = tmp_path / "bin"

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from loadtest.client import Outcome, check_wav, run_request
 from loadtest.scenario import Scenario, ScenarioError, parse_scenario, scenario_from_dict
+from tts_predictor.domain import MODEL_NAME
 from ttssim.config import AudioConfig
 from ttssim.server import FIELDS, RESPONSE_FORMATS, TASK_TYPES, ApiError, validate_body
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+MODEL = MODEL_NAME
 AUDIO = AudioConfig()
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
 DOCKERFILES = sorted({p for p in DOCKER.iterdir() if p.name.startswith("Dockerfile") and not p.name.endswith(".dockerignore")})
 
@@ -23,6 +23,8 @@ def _hadolint() -> str:
     return exe
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_hadolint_clean(dockerfile):
     proc = subprocess.run([_hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True)
@@ -39,6 +41,7 @@ def test_dockerfile_pins_base_and_installs_plugin_without_deps():
     assert "HF_TOKEN" not in text  # never baked into the image
 
 
+@pytest.mark.slow
 def test_promtool_check_config():
     if shutil.which("promtool") is None:
         subprocess.run(["bash", str(ROOT / "scripts" / "system-deps.sh")], check=True)
@@ -99,6 +102,7 @@ def test_grafana_provisioning():
         assert (DOCKER / "grafana/dashboards" / name).read_text() == text, f"stale {name}"
 
 
+@pytest.mark.slow
 def test_stage_configs_current_and_follow_the_sweep():
     proc = subprocess.run([sys.executable, str(ROOT / "configs/stages/generate.py"), "--check"], capture_output=True,
                           text=True)
@@ -116,6 +120,7 @@ def _serve(env_extra, *args):
                           cwd=ROOT, timeout=60)
 
 
+@pytest.mark.slow
 def test_serve_dry_run_prints_exact_commands():
     proc = _serve({"VARIANT": "original", "PORT": "18091", "HF_TOKEN": "do-not-print-me"}, "--dry-run")
     assert proc.returncode == 0, proc.stderr
@@ -126,6 +131,7 @@ def test_serve_dry_run_prints_exact_commands():
     assert "/home/tts/.cache/huggingface" in out and "qwen3_tts_b64.yaml" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("env", "message"), [
     ({"VARIANT": "turbo"}, "VARIANT=turbo is not one of"),
     ({"HOST": "0.0.0.0"}, "loopback only"),
@@ -137,6 +143,7 @@ def test_serve_refuses_bad_settings(env, message):
     assert proc.returncode != 0 and message in proc.stderr
 
 
+@pytest.mark.slow
 def test_serve_without_a_docker_engine_says_so(tmp_path):
     """Here the docker client exists but no engine (or no docker at all): a clear error, nothing started."""
     path = os.environ["PATH"] if shutil.which("docker") else str(tmp_path)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
-from _faultkit import ROOT, intact_lines, write_scenario
+from conftest import ROOT, intact_lines, write_scenario
+
+pytestmark = pytest.mark.slow  # each test runs the A/B runner: two simulator processes and two Locust runs
 
 FAULTS = {
     # fault: (--b-sim-set value, extra args, B's status, what its reason must say, what B's records must say)
@@ -45,15 +46,13 @@ def run_ab(tmp_path, b_set: str, extra: list[str], report: bool):
            "--scenario", str(scen), "--rounds", "1", "--aa-rounds", "0", "--levels", "4", "--warmup-s", "0.5",
            "--measure-s", "1.5", "--drain-s", "0", "--seed", "1", "--out", str(tmp_path), "--name", "run",
            "--b-sim-set", b_set, *extra, *([] if report else ["--no-report"])]
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    return p, time.monotonic() - t0
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_ab_run_survives(tmp_path, fault):
     b_set, extra, status, block_reason, record_reasons = FAULTS[fault]
-    p, took = run_ab(tmp_path, b_set, extra, fault in WITH_REPORT)
+    p = run_ab(tmp_path, b_set, extra, fault in WITH_REPORT)
     assert p.returncode == 0, p.stderr[-3000:]
     run = tmp_path / "run"
     man = json.loads((run / "manifest.json").read_text())
@@ -89,4 +88,3 @@ def test_ab_run_survives(tmp_path, fault):
         assert b["block_id"] in invalid and blocks["A"]["block_id"] not in invalid
         assert (run / "index.html").is_file()
         assert b["block_id"] in (run / "summary.md").read_text()  # the report names the excluded block
-    assert took < 60

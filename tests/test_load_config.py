@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import base64
 import io
-from pathlib import Path
 
 import pytest
 import soundfile as sf
 import yaml
+from conftest import ROOT
 
 from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
 from loadtest.scenario import ScenarioError, load_scenario, parse_scenario, scenario_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
 SCEN = ROOT / "configs" / "scenarios"
 
 

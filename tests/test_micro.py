@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tts_predictor import micro
+from loadtest.records import MICRO_SCHEMA
+from tools import micro
 from tts_predictor.metrics import syncs_per_call
 
 
@@ -12,7 +13,7 @@ def test_micro_cli_writes_results(tmp_path, capsys):
     assert micro.main(["--quick", "--rounds", "1", "--out", str(tmp_path)]) == 0
     (folder,) = tmp_path.iterdir()
     result = json.loads((folder / "results.json").read_text())
-    assert result["schema"] == "tts-micro/1" and result["device"] == "cpu" and result["torch"]
+    assert result["schema"] == MICRO_SCHEMA and result["device"] == "cpu" and result["torch"]
     rows = result["rows"]
     keys = {(r["scenario"], r["num_reqs"], r["max_seq_len"], r["variant"]) for r in rows}
     for scenario in ("decode", "prefill", "mixed"):

@@ -7,10 +7,11 @@ import re
 import shutil
 
 import pytest
-from test_stats_core import make_run
+from conftest import make_run
 
+from tools import browser
 from ttsreport import __main__ as cli
-from ttsreport import browser, report
+from ttsreport import report
 
 needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
 
@@ -54,6 +55,7 @@ def test_html_is_self_contained(built):
     assert "https://" not in html and run_html.stat().st_size < 2_000_000
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_renders_in_headless_chromium_without_console_errors(built):
     run, bad = built
@@ -67,6 +69,7 @@ def test_renders_in_headless_chromium_without_console_errors(built):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_browser_check_catches_errors(tmp_path):
     """The harness itself: a broken page must produce problems (else 'no errors' would prove nothing)."""

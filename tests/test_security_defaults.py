@@ -1,5 +1,5 @@
 """Security defaults (issue 7 part 4): loopback-only listeners, no default passwords, no token in any output,
-non-root containers, ref_audio SSRF refused, bounded bodies. docker/ checks skip until those files land (issue 6)."""
+non-root containers, ref_audio SSRF refused, bounded bodies."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ import subprocess
 import sys
 import threading
 
+import httpx
 import numpy as np
 import pytest
-import requests
 import soundfile as sf
 import yaml
-from _faultkit import ROOT, WatchedRun, tree_text, write_scenario
+from conftest import ROOT, WatchedRun, tree_text, write_scenario
 
-from ttssim.testing import SimServer
+from tools.sim_server import SimServer
+from tts_predictor.domain import SAMPLE_RATE_HZ
 
 FAKE_TOKEN = "hf_FAKEtokenDoNotLeak9f8e7d6c5b4a"  # not a real credential: the test looks for this exact string
 FAKE_SECRET = "s3cr3t-VALUE-4b8e0c"
@@ -44,31 +45,31 @@ def listening_addresses(port: int) -> set[str]:
 
 # --- loopback by default ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_simulator_listens_on_loopback_only_by_default():
     with SimServer("fixed") as s:  # SimServer passes no --host: the CLI default decides
         assert listening_addresses(s.port) == {"0100007F"}
 
 
 def test_cli_defaults_are_loopback():
+    from tools.fakeserver import parse_args as fake_args
     from ttssim.__main__ import parse_args
 
     assert parse_args(["--variant", "fixed"]).host == "127.0.0.1"
+    assert fake_args([]).host == "127.0.0.1"
+
+
+@pytest.mark.slow
+def test_make_serve_defaults_to_loopback():
     out = subprocess.run([sys.executable, "-m", "ttssim.launch", "--variant", "fixed", "--backend", "sim",
                           "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--host 127.0.0.1" in out.stdout
-    src = (ROOT / "loadtest" / "fakeserver.py").read_text()
-    assert 'add_argument("--host", default="127.0.0.1")' in src
-
-
-needs_compose = pytest.mark.skipif(not (ROOT / "docker" / "compose.yaml").is_file(),
-                                   reason="docker/compose.yaml has not landed yet (issue 6)")
 
 
 def _compose():
     return yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
 
 
-@needs_compose
 def test_compose_publishes_ports_on_loopback_only():
     """Every published port names 127.0.0.1 (or a variable defaulting to it): never all interfaces."""
     services = _compose().get("services") or {}
@@ -86,7 +87,6 @@ def test_compose_publishes_ports_on_loopback_only():
     assert published > 0
 
 
-@needs_compose
 def test_compose_grafana_has_no_default_password():
     """Grafana's admin password must come from the environment and be required (${VAR:?...}), never a literal."""
     services = _compose().get("services") or {}
@@ -101,7 +101,7 @@ def test_compose_grafana_has_no_default_password():
     assert not re.search(r"(?i)password\S*\s*[:=]\s*['\"]?(admin|grafana|password)\b", text)
 
 
-@needs_compose
+@pytest.mark.slow
 def test_compose_refuses_to_start_grafana_without_a_password():
     """`docker compose config` (no daemon needed) must fail when the password variable is unset."""
     if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=20).returncode != 0:
@@ -115,8 +115,8 @@ def test_compose_refuses_to_start_grafana_without_a_password():
 DOCKERFILES = [p for p in (ROOT / "docker").glob("Dockerfile*") if not p.name.endswith(".dockerignore")]
 
 
-@pytest.mark.skipif(not DOCKERFILES, reason="no Dockerfile yet (issue 6)")
 def test_dockerfiles_end_as_a_non_root_user():
+    assert DOCKERFILES
     for df in DOCKERFILES:
         users = re.findall(r"(?im)^\s*USER\s+(\S+)", df.read_text())
         assert users, f"{df.name}: no USER: the container runs as root"
@@ -125,6 +125,7 @@ def test_dockerfiles_end_as_a_non_root_user():
 
 # --- tokens never reach the run folder ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_locust_run_leaves_no_trace_of_tokens(tmp_path):
     env = {**os.environ, "HF_TOKEN": FAKE_TOKEN, "HUGGING_FACE_HUB_TOKEN": FAKE_TOKEN, "TTS_API_KEY": FAKE_SECRET}
     scen = write_scenario(tmp_path, measure=1.5)
@@ -138,6 +139,7 @@ def test_locust_run_leaves_no_trace_of_tokens(tmp_path):
         assert needle not in text
 
 
+@pytest.mark.slow
 def test_ab_run_and_report_leave_no_trace_of_tokens(tmp_path):
     """The A/B runner passes its environment to the server it starts; nothing of it may land in the run folder."""
     env = {**os.environ, "HF_TOKEN": FAKE_TOKEN, "TTS_API_KEY": FAKE_SECRET}
@@ -186,6 +188,7 @@ class Canary:
         self.sock.close()
 
 
+@pytest.mark.slow
 def test_ref_audio_urls_to_private_or_loopback_addresses_are_refused():
     canary = Canary()
     try:
@@ -197,7 +200,7 @@ def test_ref_audio_urls_to_private_or_loopback_addresses_are_refused():
         with SimServer("fixed") as s:
             for url in urls:
                 body = {"input": "hello", "task_type": "Base", "ref_audio": url, "ref_text": "hi"}
-                r = requests.post(s.url + "/v1/audio/speech", json=body, timeout=20)
+                r = httpx.post(s.url + "/v1/audio/speech", json=body, timeout=20)
                 err = r.json()["error"]
                 assert r.status_code == 400 and err["param"] == "ref_audio", (url, r.text)
                 assert "blocked address" in err["message"], (url, err["message"])
@@ -210,21 +213,23 @@ def test_ref_audio_urls_to_private_or_loopback_addresses_are_refused():
 
 def _wav_data_uri(seconds: float) -> str:
     buf = io.BytesIO()
-    sf.write(buf, (np.ones(int(24000 * seconds)) * 0.1).astype("float32"), 24000, format="WAV", subtype="PCM_16")
+    sf.write(buf, (np.ones(int(SAMPLE_RATE_HZ * seconds)) * 0.1).astype("float32"), SAMPLE_RATE_HZ, format="WAV",
+             subtype="PCM_16")
     return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+@pytest.mark.slow
 def test_request_body_and_reference_audio_are_bounded():
     with SimServer("fixed", overrides=["server.max_body_bytes=200000", "audio.max_ref_audio_s=2"]) as s:
         url = s.url + "/v1/audio/speech"
-        big = requests.post(url, data=json.dumps({"input": "x" * 300000}), timeout=20,
-                            headers={"Content-Type": "application/json"})
+        big = httpx.post(url, content=json.dumps({"input": "x" * 300000}), timeout=20,
+                         headers={"Content-Type": "application/json"})
         assert big.status_code == 413 and "exceeds 200000 bytes" in big.json()["error"]["message"]
         body = {"input": "hello", "task_type": "Base", "ref_text": "hi"}
-        long_ref = requests.post(url, json={**body, "ref_audio": _wav_data_uri(3.0)}, timeout=20)
+        long_ref = httpx.post(url, json={**body, "ref_audio": _wav_data_uri(3.0)}, timeout=20)
         assert long_ref.status_code == 400 and long_ref.json()["error"]["param"] == "ref_audio", long_ref.text
-        ok = requests.post(url, json={**body, "ref_audio": _wav_data_uri(1.0)}, timeout=20)
+        ok = httpx.post(url, json={**body, "ref_audio": _wav_data_uri(1.0)}, timeout=20)
         assert ok.status_code == 200  # the same request under the bound passes: the bound, not the format, refused
-        mnt = requests.post(url, json={"input": "hello", "max_new_tokens": 5000}, timeout=20)
+        mnt = httpx.post(url, json={"input": "hello", "max_new_tokens": 5000}, timeout=20)
         assert mnt.status_code == 400 and "4096" in mnt.json()["error"]["message"]  # audio length is bounded
-        assert requests.get(s.url + "/health", timeout=5).status_code == 200  # still serving
+        assert httpx.get(s.url + "/health", timeout=5).status_code == 200  # still serving

@@ -6,15 +6,18 @@ import base64
 import io
 import time
 
+import httpx
 import numpy as np
 import pytest
-import requests
 import soundfile as sf
 
-from ttssim.bench import parse_metrics, ref_audio_uri
-from ttssim.testing import SimServer
+from loadtest.scraper import samples
+from tools.bench_sim import ref_audio_uri
+from tools.sim_server import SimServer
+from tts_predictor.domain import MODEL_NAME, SAMPLE_RATE_HZ
 
-SPF = 2000  # samples per 12 Hz frame at 24 kHz
+pytestmark = pytest.mark.slow  # a simulator process answers every request
+SPF = 2000  # samples per frame of the simulator's audio config (fast.yaml: 12 frames per second at 24 kHz)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,7 @@ def sim():
 
 
 def speech(sim, timeout=20, **body):
-    return requests.post(sim.url + "/v1/audio/speech", json=body, timeout=timeout)
+    return httpx.post(sim.url + "/v1/audio/speech", json=body, timeout=timeout)
 
 
 def frames_for(text, mnt=2048):
@@ -32,11 +35,11 @@ def frames_for(text, mnt=2048):
 
 
 def test_health_models_voices_metrics(sim):
-    assert requests.get(sim.url + "/health", timeout=5).json() == {"status": "healthy"}
-    models = requests.get(sim.url + "/v1/models", timeout=5).json()
-    assert models["object"] == "list" and models["data"][0]["id"] == "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
-    assert requests.get(sim.url + "/v1/audio/voices", timeout=5).json() == {"voices": []}
-    text = requests.get(sim.url + "/metrics", timeout=5).text
+    assert httpx.get(sim.url + "/health", timeout=5).json() == {"status": "healthy"}
+    models = httpx.get(sim.url + "/v1/models", timeout=5).json()
+    assert models["object"] == "list" and models["data"][0]["id"] == MODEL_NAME
+    assert httpx.get(sim.url + "/v1/audio/voices", timeout=5).json() == {"voices": []}
+    text = httpx.get(sim.url + "/metrics", timeout=5).text
     info = [line for line in text.splitlines() if line.startswith("tts_predictor_info{")]
     assert info and 'backend="simulated"' in info[0] and 'variant="fixed"' in info[0]
 
@@ -46,7 +49,7 @@ def test_wav_decodes_with_the_promised_length(sim):
     r = speech(sim, input=text)
     assert r.status_code == 200 and r.headers["Content-Type"] == "audio/wav"
     audio, sr = sf.read(io.BytesIO(r.content), dtype="int16")
-    assert sr == 24000 and audio.ndim == 1
+    assert sr == SAMPLE_RATE_HZ and audio.ndim == 1
     assert audio.size == frames_for(text) * SPF
     assert np.abs(audio).max() > 3000  # not silence
 
@@ -72,10 +75,10 @@ def test_stream_delivers_first_chunk_before_the_end(sim):
     text = "s" * 125  # 100 frames: chunks at 25, 50, 75, 100
     t0 = time.perf_counter()
     arrivals, total = [], 0
-    with requests.post(sim.url + "/v1/audio/speech", json={"input": text, "stream": True, "response_format": "pcm"},
-                       stream=True, timeout=20) as r:
+    with httpx.stream("POST", sim.url + "/v1/audio/speech", timeout=20,
+                      json={"input": text, "stream": True, "response_format": "pcm"}) as r:
         assert r.status_code == 200 and r.headers["Content-Type"] == "audio/pcm"
-        for chunk in r.raw.stream(None, decode_content=False):
+        for chunk in r.iter_raw():
             arrivals.append((time.perf_counter() - t0, len(chunk)))
             total += len(chunk)
     assert total == frames_for(text) * SPF * 2
@@ -133,21 +136,21 @@ def test_bad_input_gets_a_json_error(sim, body, status, fragment):
 
 def test_transport_level_errors(sim):
     url = sim.url + "/v1/audio/speech"
-    r = requests.post(url, data=b"{not json", headers={"Content-Type": "application/json"}, timeout=5)
+    r = httpx.post(url, content=b"{not json", headers={"Content-Type": "application/json"}, timeout=5)
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
-    r = requests.post(url, data=b'{"input": "x"}', headers={"Content-Type": "text/plain"}, timeout=5)
+    r = httpx.post(url, content=b'{"input": "x"}', headers={"Content-Type": "text/plain"}, timeout=5)
     assert r.status_code == 415
     big = {"input": "x", "task_type": "Base", "ref_audio": "data:audio/wav;base64," + base64.b64encode(
         b"\0" * 400_000).decode()}
-    r = requests.post(url, json=big, timeout=10)
+    r = httpx.post(url, json=big, timeout=10)
     assert r.status_code == 413 and "exceeds" in r.json()["error"]["message"]
-    assert requests.get(sim.url + "/health", timeout=5).status_code == 200  # still alive
+    assert httpx.get(sim.url + "/health", timeout=5).status_code == 200  # still alive
 
 
 def test_http_counters_and_engine_counters_move(sim):
-    before = parse_metrics(requests.get(sim.url + "/metrics", timeout=5).text)
+    before = samples(httpx.get(sim.url + "/metrics", timeout=5).text)
     assert speech(sim, input="Count me.").status_code == 200
-    after = parse_metrics(requests.get(sim.url + "/metrics", timeout=5).text)
+    after = samples(httpx.get(sim.url + "/metrics", timeout=5).text)
     assert after['tts_engine_requests_total{outcome="ok"}'] == before['tts_engine_requests_total{outcome="ok"}'] + 1
     assert after["tts_engine_frames_total"] - before["tts_engine_frames_total"] == 12
     key = 'tts_sim_http_requests_total{handler="/v1/audio/speech",status="200"}'
@@ -157,31 +160,28 @@ def test_http_counters_and_engine_counters_move(sim):
 def test_client_closing_streams_is_counted_quietly():
     """Clients that close a stream mid-way (Locust stopping its users does it to every stream in flight): each is
     counted as an aborted request, and server.log gets no traceback (it used to get one per stream, ~1 kB each)."""
-    import http.client
-    import json
-
     n = 6
     with SimServer("fixed", overrides=["model.base_ms=5"]) as s:
-        conns = []
-        for _ in range(n):
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
-            c.request("POST", "/v1/audio/speech", body=json.dumps({"input": "a long sentence " * 100,
-                      "stream": True, "response_format": "pcm"}), headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            assert r.status == 200 and r.read(1000)  # the stream is running
-            conns.append(c)
-        for c in conns:
-            c.sock.close()
+        opened = []
+        for _ in range(n):  # one client (one connection) per stream, so closing it closes the socket
+            c = httpx.Client(timeout=20)
+            req = c.build_request("POST", s.url + "/v1/audio/speech",
+                                  json={"input": "a long sentence " * 100, "stream": True, "response_format": "pcm"})
+            r = c.send(req, stream=True)
+            assert r.status_code == 200 and next(r.iter_raw())  # the stream is running
+            opened.append((c, r))
+        for c, r in opened:
+            r.close()  # mid-stream: the connection cannot be reused, so it is closed
             c.close()
         key = 'tts_engine_requests_total{outcome="aborted"}'
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            m = parse_metrics(requests.get(s.url + "/metrics", timeout=5).text)
+            m = samples(httpx.get(s.url + "/metrics", timeout=5).text)
             if m.get(key, 0) >= n:
                 break
             time.sleep(0.2)
         assert m.get(key) == n, {k: v for k, v in m.items() if "requests" in k}
-        assert requests.get(s.url + "/health", timeout=5).status_code == 200  # still serving
+        assert httpx.get(s.url + "/health", timeout=5).status_code == 200  # still serving
         time.sleep(0.5)
         log = s.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "closing transport" not in log, log[-3000:]

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 
+import httpx
 import pytest
-import requests
 
+from loadtest.scraper import samples
+from tools.sim_server import REPO, SimServer
 from tts_predictor import metrics as M
+from tts_predictor.domain import CALLS_PER_STEP, DECODE_CALLS_PER_STEP, PREFILL_QUERY_LEN, VARIANT_NAMES
 from tts_predictor.metrics import expected_syncs, syncs_per_step
-from ttssim.bench import parse_metrics
 from ttssim.config import load_config
 from ttssim.model import predict_total_step_s
-from ttssim.testing import REPO, SimServer
 
-VARIANTS = ("original", "fixed", "vectorized")
+pytestmark = pytest.mark.slow  # simulator processes over real HTTP
+VARIANTS = VARIANT_NAMES
 FAST = load_config(REPO / "configs/sim/fast.yaml")
 
 
@@ -32,7 +34,7 @@ def servers():
 
 
 def metrics(server):
-    return parse_metrics(requests.get(server.url + "/metrics", timeout=10).text)
+    return samples(httpx.get(server.url + "/metrics", timeout=10).text)
 
 
 def delta(a, b, key):
@@ -43,16 +45,17 @@ def delta(a, b, key):
 def test_counters_move_as_predicted_per_step(servers, variant):
     s = servers[variant]
     before = metrics(s)
-    r = requests.post(s.url + "/v1/audio/speech", json={"input": "Twelve frames."}, timeout=30)
+    r = httpx.post(s.url + "/v1/audio/speech", json={"input": "Twelve frames."}, timeout=30)
     assert r.status_code == 200
     after = metrics(s)
     v = f'{{variant="{variant}"}}'
     steps = delta(before, after, M.STEPS)
     assert steps == 12  # one lone request of 12 frames: 12 steps at batch 1
-    assert delta(before, after, M.CALLS + v) == 15 * steps
-    assert delta(before, after, M.TOKENS + v) == 16 * steps  # prefill 2 + 14 x 1 per request and step
-    assert delta(before, after, M.REQUESTS + v) == 15 * steps
-    assert delta(before, after, M.SECONDS + "_count" + v) == 15 * steps
+    assert delta(before, after, M.CALLS + v) == CALLS_PER_STEP * steps
+    # prefill 2 + 14 x 1 tokens per request and step
+    assert delta(before, after, M.TOKENS + v) == (PREFILL_QUERY_LEN + DECODE_CALLS_PER_STEP) * steps
+    assert delta(before, after, M.REQUESTS + v) == CALLS_PER_STEP * steps
+    assert delta(before, after, M.SECONDS + "_count" + v) == CALLS_PER_STEP * steps
     # fast.yaml observes one call of every step; the observed syncs follow the closed form exactly
     obs_calls, obs_tokens = delta(before, after, M.OBSERVED_CALLS + v), delta(before, after, M.OBSERVED_TOKENS + v)
     assert obs_calls == steps
@@ -65,17 +68,18 @@ def test_counters_move_as_predicted_per_step(servers, variant):
 def test_every_variant_gives_the_same_audio(servers):
     body = {"input": "The same words under every variant.", "response_format": "pcm"}
     with cf.ThreadPoolExecutor(3) as pool:
-        outs = list(pool.map(lambda v: requests.post(servers[v].url + "/v1/audio/speech", json=body, timeout=30),
+        outs = list(pool.map(lambda v: httpx.post(servers[v].url + "/v1/audio/speech", json=body, timeout=30),
                              VARIANTS))
     assert all(o.status_code == 200 for o in outs)
     assert outs[0].content == outs[1].content == outs[2].content and len(outs[0].content) > 0
 
 
 def test_injected_delay_is_a_known_answer():
-    """extra_step_ms=15 on ~2 ms steps: the measured step time must follow the model including the injection."""
+    """extra_step_ms=15 on ~2 ms steps: every step sleeps the injection, and the steps take at least what the model
+    says (how closely the clock keeps the model is a timing claim: `make bench-sim` measures it, 5 % target)."""
     with SimServer("fixed", overrides=["model.extra_step_ms=15"]) as s:
         before = metrics(s)
-        assert requests.post(s.url + "/v1/audio/speech", json={"input": "x" * 30}, timeout=30).status_code == 200
+        assert httpx.post(s.url + "/v1/audio/speech", json={"input": "x" * 30}, timeout=30).status_code == 200
         after = metrics(s)
     v = '{variant="fixed"}'
     steps = delta(before, after, M.STEPS)
@@ -83,14 +87,12 @@ def test_injected_delay_is_a_known_answer():
     assert delta(before, after, M.SIM_INJECTED_SECONDS) == pytest.approx(steps * 0.015)
     cfg = load_config(REPO / "configs/sim/fast.yaml", ["model.extra_step_ms=15"])
     predicted = predict_total_step_s(
-        cfg.model, variant="fixed", steps=steps, batch_requests=delta(before, after, M.REQUESTS + v) / 15,
+        cfg.model, variant="fixed", steps=steps, batch_requests=delta(before, after, M.REQUESTS + v) / CALLS_PER_STEP,
         admitted=delta(before, after, M.SIM_PREFILLS), calls=delta(before, after, M.CALLS + v),
         tokens=delta(before, after, M.TOKENS + v), variant_s=delta(before, after, M.SECONDS + "_sum" + v))
     measured = delta(before, after, M.STEP_SECONDS + "_sum")
-    # a short step can overrun when the shared machine deschedules us; the clock absorbs most of it (15 % leeway
-    # for a 24-step window on 2 busy cores; the benchmark checks 5 % over longer windows)
-    assert measured == pytest.approx(predicted, rel=0.15)
-    assert measured > steps * 0.015
+    # a step can overrun on a loaded machine, never finish early: a lower bound only (5 % for sleep granularity)
+    assert measured >= 0.95 * predicted and measured > steps * 0.015
 
 
 def test_full_queue_answers_503_at_once():
@@ -98,13 +100,15 @@ def test_full_queue_answers_503_at_once():
     with SimServer("fixed", overrides=overrides) as s:
         body = {"input": "x" * 30}  # 24 steps of >= 40 ms: ~1 s each
         with cf.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(requests.post, s.url + "/v1/audio/speech", json=body, timeout=30)
+            futures = [pool.submit(httpx.post, s.url + "/v1/audio/speech", json=body, timeout=30)
                        for _ in range(4)]
             results = [f.result() for f in futures]
         codes = sorted(r.status_code for r in results)
         assert codes.count(200) == 2 and codes.count(503) == 2, codes  # one running, one waiting, two refused
         refused = [r for r in results if r.status_code == 503]
-        assert all(r.elapsed.total_seconds() < 0.5 for r in refused)
+        served = [r for r in results if r.status_code == 200]
+        # at once: every refusal comes back before the running request (~1 s of steps) finishes
+        assert max(r.elapsed for r in refused) < min(r.elapsed for r in served)
         assert "overloaded" in refused[0].json()["error"]["message"]
         after = metrics(s)
         assert after['tts_engine_requests_total{outcome="rejected"}'] == 2
@@ -116,7 +120,7 @@ def test_first_chunk_is_never_earlier_than_the_model(servers):
     s = servers["fixed"]
     before = metrics(s)
     body = {"input": "x" * 40, "response_format": "pcm", "stream": True}  # 32 frames: a chunk of 25, then 7
-    r = requests.post(s.url + "/v1/audio/speech", json=body, timeout=30)
+    r = httpx.post(s.url + "/v1/audio/speech", json=body, timeout=30)
     assert r.status_code == 200 and len(r.content) == 32 * FAST.audio.samples_per_frame * 2
     after = metrics(s)
     assert delta(before, after, M.SIM_TTFA_SERVED + "_count") == 1
@@ -131,7 +135,7 @@ def test_first_chunk_is_never_earlier_than_the_model(servers):
 def test_a_non_streaming_request_has_no_served_ttfa(servers):
     s = servers["vectorized"]
     before = metrics(s)
-    assert requests.post(s.url + "/v1/audio/speech", json={"input": "x" * 40}, timeout=30).status_code == 200
+    assert httpx.post(s.url + "/v1/audio/speech", json={"input": "x" * 40}, timeout=30).status_code == 200
     after = metrics(s)
     assert delta(before, after, M.SIM_TTFA_SERVED + "_count") == 0  # a WAV has no first chunk on the wire
     assert delta(before, after, M.SIM_TTFA_MODEL + "_count") == 1
@@ -183,7 +187,7 @@ def test_a_scrape_always_sees_whole_steps(servers):
     s = servers["original"]
     v = '{variant="original"}'
     with cf.ThreadPoolExecutor(2) as pool:
-        fut = pool.submit(requests.post, s.url + "/v1/audio/speech", json={"input": "x" * 200}, timeout=60)
+        fut = pool.submit(httpx.post, s.url + "/v1/audio/speech", json={"input": "x" * 200}, timeout=60)
         seen = []
         while not fut.done():
             m = metrics(s)

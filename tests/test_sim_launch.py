@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT as REPO
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # every test runs the launcher or the simulator's command line
 
 
 def fake_docker(tmp_path: Path, runtimes: str, rc: int = 0) -> dict:
@@ -42,10 +43,6 @@ def test_docker_failing_picks_the_simulator(tmp_path):
 def test_nvidia_runtime_picks_vllm_and_passes_dry_run(tmp_path):
     out = launch("--dry-run", "--port", "9000", env=fake_docker(tmp_path, '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{}}'))
     assert "BACKEND=vllm -> REAL vllm-omni" in out.stdout and "bash docker/serve.sh --dry-run" in out.stdout
-    if (REPO / "docker/serve.sh").is_file():
-        assert "--dry-run" in out.stdout
-    else:  # that script belongs to docker/; until it exists the launcher says so and fails
-        assert out.returncode == 2 and "docker/serve.sh is missing" in out.stderr
 
 
 def test_explicit_backend_wins_over_detection(tmp_path):
@@ -61,16 +58,3 @@ def test_explicit_backend_wins_over_detection(tmp_path):
 def test_sim_cli_refuses_bad_arguments_with_one_line(args, message):
     out = subprocess.run([sys.executable, "-m", "ttssim", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and message in out.stderr
-
-
-def test_port_in_use_is_a_clear_error():
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        port = sock.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "ttssim", "--variant", "fixed", "--port", str(port),
-                              "--config", "configs/sim/fast.yaml"], cwd=REPO, capture_output=True, text=True,
-                             timeout=90)
-    assert out.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in out.stderr

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from conftest import ROOT as REPO
 
 from tts_predictor.metrics import syncs_per_step
 from ttssim.audio import Voice
 from ttssim.config import AudioConfig, ModelConfig, SimConfig, load_config
 from ttssim.model import call_shapes, predict_total_step_s, predict_ttfa_s, step_target_s
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_default_yaml_equals_builtin_defaults():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from test_stats_core import make_run
+from conftest import make_run
 
-from ttsreport import calibrate
+from tools import calibrate
 
 
 def test_calibration_detects_known_effect_and_reports_rates(tmp_path, capsys):

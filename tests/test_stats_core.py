@@ -3,97 +3,22 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_run
 
-from tts_predictor import metrics as pm
-from ttsreport import statistics as st
-from ttsreport.verdict import decide
-
-
-def make_block(run: Path, block_id: str, rnd: int, kind: str, arm: str, variant: str, *, levels=(8, 64), slow=0.0,
-               noise=0.01, rng=None, status="complete", window=20.0, simulated=True):
-    """Write one block folder: closed-loop requests per level whose mean latency is scaled by (1+slow)(1+noise)."""
-    rng = rng or np.random.default_rng(0)
-    d = run / "blocks" / block_id
-    d.mkdir(parents=True)
-    (d / "block.json").write_text(json.dumps({"schema": "tts-block/1", "block_id": block_id, "round": rnd, "kind": kind,
-                                              "arm": arm, "variant": variant, "status": status, "reason": None,
-                                              "started": 0, "ended": 1}))
-    reqs, ctrs = [], []
-    t0 = 1_000.0
-    for i, c in enumerate(levels):
-        factor = (1 + slow) * (1 + noise * rng.standard_normal())
-        step = 0.02 * (1 + c / 64) * factor
-        audio = 4.0
-        e2e_mean = audio * 12 * step
-        n = 0
-        for _user in range(c):  # closed loop: each user sends the next request when the last one ends
-            t = t0 - 5.0 + float(rng.uniform(0, e2e_mean))
-            while t < t0 + window + 2.0:
-                e2e = e2e_mean * float(rng.lognormal(0, 0.05))
-                phase = "warmup" if t < t0 else "measure" if t < t0 + window else "drain"
-                n += phase == "measure"
-                reqs.append({"schema": "tts-request/1", "run_id": "x", "worker": 0, "step": i, "concurrency": c,
-                             "phase": phase, "mode": "stream", "ok": True, "error": None, "status": 200,
-                             "ttfa_s": 25 * step, "e2e_s": e2e, "audio_s": audio, "rtf": e2e / audio, "bytes": 192000,
-                             "t_start": t, "prompt_id": "p", "bucket": "short", "variant": variant})
-                t += e2e
-        steps = int(window / step)
-        calls = steps * 15
-        tokens = steps * 16 * c
-        syncs = pm.expected_syncs(variant, calls, tokens)
-        spc = {"original": 3e-4, "fixed": 1e-4}.get(variant, 5e-5) * (1 + c / 64)
-        for edge, t in (("start", t0), ("end", t0 + window)):
-            ctrs.append({"schema": "tts-counters/1", "kind": "snapshot", "step": i, "concurrency": c, "edge": edge,
-                         "t": t, "target": "x", "ok": True, "error": None,
-                         "samples": {f'tts_predictor_info{{backend="{"simulated" if simulated else "vllm"}",'
-                                     f'variant="{variant}"}}': 1.0}})
-        ctrs.append({"schema": "tts-counters/1", "kind": "delta", "step": i, "concurrency": c, "target": "x",
-                     "duration_s": window, "variant": variant, "calls": calls, "seconds": calls * spc, "syncs": syncs,
-                     "observed_calls": calls, "observed_tokens": tokens, "tokens": tokens, "batch_requests": calls * c,
-                     "steps": steps, "step_seconds": window, "frames": steps * c, "requests_finished": n,
-                     "syncs_per_call": syncs / calls, "syncs_per_step": syncs / steps, "calls_per_request": calls / n,
-                     "seconds_per_request": None, "mean_batch": float(c)})
-        t0 += window + 20
-    with open(d / "requests.jsonl", "w") as f:
-        for r in reqs:
-            f.write(json.dumps(r) + "\n")
-    with open(d / "counters.jsonl", "w") as f:
-        for r in ctrs:
-            f.write(json.dumps(r) + "\n")
-    return d
-
-
-def make_run(run: Path, *, rounds=5, aa_rounds=1, slow_b=0.0, noise=0.01, seed=1, levels=(8, 64), a="original",
-             b="fixed", status="complete", simulated=True):
-    """A whole A/B run folder: A/A rounds, then A/B rounds in seeded random order. B's latency scaled by 1+slow_b."""
-    rng = np.random.default_rng(seed)
-    run.mkdir(parents=True, exist_ok=True)
-    plan = []
-    k = 0
-    for r in range(aa_rounds + rounds):
-        kind = "aa" if r < aa_rounds else "ab"
-        arms = ["A", "B"] if rng.random() < 0.5 else ["B", "A"]
-        for arm in arms:
-            variant = a if (kind == "aa" or arm == "A") else b
-            bid = f"{k:03d}-r{r}-{kind}-{arm}"
-            plan.append({"block_id": bid, "round": r, "kind": kind, "arm": arm, "variant": variant})
-            make_block(run, bid, r, kind, arm, variant, levels=levels, noise=noise, rng=rng,
-                       slow=slow_b if (kind == "ab" and arm == "B") else 0.0,
-                       simulated=simulated)
-            k += 1
-    (run / "manifest.json").write_text(json.dumps({
-        "schema": "tts-ab/1", "run_id": run.name, "variants": {"A": a, "B": b},
-        "backend": {"name": "sim" if simulated else "vllm"}, "plan": plan, "status": status, "seeds": {"order": seed}}))
-    return run
+from loadtest import records
+from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
+from ttsreport.analysis import summarize, write_statistics
+from ttsreport.blocks import level_stats
+from ttsreport.prediction import read_micro
+from ttsreport.verdict import Settings, decide, hodges_lehmann, holm
 
 
 def test_known_effect_detected(tmp_path):
     run = make_run(tmp_path / "r", rounds=6, slow_b=0.05, noise=0.005)
-    summary, comp = st.summarize(run)
+    summary, comp = summarize(run)
     assert summary["simulated"] and not summary["partial"] and not summary["invalid_blocks"]
     for lv in ("8", "64"):
         thr = comp["per_level"][lv]["throughput_rps"]
@@ -108,7 +33,7 @@ def test_aa_rarely_claims_and_no_difference_only_when_ci_inside(tmp_path):
     claims = 0
     for seed in range(20):
         run = make_run(tmp_path / f"r{seed}", rounds=5, slow_b=0.0, noise=0.005, seed=seed, levels=(8, 16))
-        _, comp = st.summarize(run, st.Settings(n_resamples=999))
+        _, comp = summarize(run, Settings(n_resamples=999))
         claims += any(row["throughput_rps"]["verdict"]["kind"] in ("faster", "slower")
                       for row in comp["per_level"].values())
         for row in comp["per_level"].values():
@@ -121,7 +46,7 @@ def test_aa_rarely_claims_and_no_difference_only_when_ci_inside(tmp_path):
 
 def test_wide_ci_is_inconclusive_with_rounds_needed(tmp_path):
     run = make_run(tmp_path / "r", rounds=3, slow_b=0.0, noise=0.05, seed=5)
-    _, comp = st.summarize(run)
+    _, comp = summarize(run)
     v = comp["per_level"]["64"]["throughput_rps"]["verdict"]
     assert v["kind"] == "inconclusive" and v["more_rounds"] >= 1
     assert f"about {v['more_rounds']} more round" in v["text"]
@@ -136,16 +61,16 @@ def test_manipulation_check_excludes_block_loudly(tmp_path):
         if x["kind"] == "delta":
             x["syncs"] = x["observed_calls"] * 5  # the fixed signature in an 'original' block
     (bad / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    summary, comp = st.summarize(run)
+    summary, comp = summarize(run)
     assert [b["block_id"] for b in summary["invalid_blocks"]] == [bad.name]
     assert "manipulation check failed" in summary["invalid_blocks"][0]["reason"]
     assert comp["rounds"]["ab"] == 2 and comp["invalid_blocks"]
 
 
 def test_missing_counters_fail_the_check():
-    chk = st.manipulation_check("fixed", [])
+    chk = records.manipulation_check("fixed", [])
     assert not chk["ok"] and "no sync counters" in chk["reason"]
-    ok = st.manipulation_check("original", [{"kind": "delta", "syncs": 2 * 16 + 4 * 2, "observed_calls": 2,
+    ok = records.manipulation_check("original", [{"kind": "delta", "syncs": 2 * 16 + 4 * 2, "observed_calls": 2,
                                              "observed_tokens": 2 * 16, "variant": "original"}])
     assert ok["ok"], ok
 
@@ -155,7 +80,7 @@ def test_partial_run_and_truncated_line(tmp_path):
     blk = sorted((run / "blocks").iterdir())[-1]
     with open(blk / "requests.jsonl", "a") as f:
         f.write('{"schema": "tts-request/1", "conc')  # an interrupted writer
-    summary, comp = st.summarize(run)
+    summary, comp = summarize(run)
     assert summary["partial"] and any("truncated" in n for n in summary["notes"])
 
 
@@ -165,7 +90,7 @@ def test_unknown_schema_refused(tmp_path):
     with open(blk / "requests.jsonl", "a") as f:
         f.write(json.dumps({"schema": "tts-request/9"}) + "\n")
     with pytest.raises(ValueError, match="unknown schema"):
-        st.summarize(run)
+        summarize(run)
 
 
 def test_level_metrics_match_definitions():
@@ -173,17 +98,17 @@ def test_level_metrics_match_definitions():
              "t_start": float(i)} for i, e in enumerate([1.0, 2.0, 3.0, 4.0])]
     reqs += [{"phase": "measure", "ok": False, "error": "http 500", "t_start": 4.0},
              {"phase": "warmup", "ok": True, "e2e_s": 100.0, "audio_s": 2.0, "t_start": -1.0}]
-    s = st.level_stats(reqs, {"duration_s": 8.0})
+    s = level_stats(reqs, {"duration_s": 8.0})
     assert s["throughput_rps"] == pytest.approx(4 / 8) and s["audio_throughput"] == pytest.approx(8 / 8)
     assert s["e2e_p50"] == pytest.approx(2.5) and s["error_rate"] == pytest.approx(0.2)
     assert s["errors"] == {"http 500": 1}
-    s2 = st.level_stats(reqs, None)  # no counters: window from the start times, 5 starts over 4 s -> 5 s
+    s2 = level_stats(reqs, None)  # no counters: window from the start times, 5 starts over 4 s -> 5 s
     assert s2["window_source"] == "records" and s2["window_s"] == pytest.approx(5.0)
 
 
 def test_hodges_lehmann_and_holm():
-    assert st.hodges_lehmann(np.array([1.0, 2.0, 30.0])) == pytest.approx(np.median([1, 2, 30, 1.5, 15.5, 16]))
-    assert st.holm([0.01, 0.04, None, 0.03]) == pytest.approx([0.03, 0.06, None, 0.06])
+    assert hodges_lehmann(np.array([1.0, 2.0, 30.0])) == pytest.approx(np.median([1, 2, 30, 1.5, 15.5, 16]))
+    assert holm([0.01, 0.04, None, 0.03]) == pytest.approx([0.03, 0.06, None, 0.06])
 
 
 def test_decide_rules():
@@ -200,20 +125,21 @@ def test_decide_rules():
 
 def test_prediction_from_counters(tmp_path):
     run = make_run(tmp_path / "r", rounds=2)
-    _, comp = st.summarize(run)
+    _, comp = summarize(run)
     p = comp["prediction"]["64"]
-    # synthetic: original 3e-4*2 s/call, fixed 1e-4*2 s/call at c=64; 4 s audio = 48 frames; 15 calls/step
+    # synthetic: original 3e-4*2 s/call, fixed 1e-4*2 s/call at c=64; 4 s audio = 50 codec frames; 15 calls/step
     assert p["saving_per_call_s"] == pytest.approx(4e-4)
-    assert p["e2e_saving_s"] == pytest.approx(4e-4 * 15 * 48)
+    assert p["frames_per_request"] == pytest.approx(4 * CODEC_FRAME_RATE_HZ) == pytest.approx(50)
+    assert p["e2e_saving_s"] == pytest.approx(4e-4 * CALLS_PER_STEP * 50)
     assert p["e2e_diff_pct"] < 0
 
 
 def test_write_statistics_json_is_strict(tmp_path):
     run = make_run(tmp_path / "r", rounds=2)
-    ps = st.write_statistics(run)
+    ps = write_statistics(run)
     for p in ps:
         obj = json.loads(p.read_text())
-        assert obj["schema"] in (st.SUMMARY_SCHEMA, st.COMPARISON_SCHEMA)
+        assert obj["schema"] in (records.SUMMARY_SCHEMA, records.COMPARISON_SCHEMA)
 
 
 def test_prediction_from_micro_results(tmp_path):
@@ -221,11 +147,11 @@ def test_prediction_from_micro_results(tmp_path):
             for sc, n, v, us in [("decode", 8, "original", 100.0), ("decode", 64, "original", 500.0),
                                  ("prefill", 64, "original", 800.0), ("decode", 64, "fixed", 200.0),
                                  ("decode", 8, "fixed", 60.0), ("prefill", 64, "fixed", 200.0)]]
-    (tmp_path / "results.json").write_text(json.dumps({"rows": rows}))
-    micro = st.read_micro(tmp_path / "results.json")
+    (tmp_path / "results.json").write_text(json.dumps({"schema": records.MICRO_SCHEMA, "rows": rows}))
+    micro = read_micro(tmp_path / "results.json")
     assert micro[("original", 64)] == pytest.approx((800 + 14 * 500) / 15 * 1e-6)
     run = make_run(tmp_path / "r", rounds=2)
-    _, comp = st.summarize(run, micro_path=tmp_path / "results.json")
+    _, comp = summarize(run, micro_path=tmp_path / "results.json")
     p = comp["prediction"]["64"]
     assert p["source"] == "micro benchmark"
     assert p["saving_per_call_s"] == pytest.approx(((800 + 14 * 500) - (200 + 14 * 200)) / 15 * 1e-6)
@@ -236,7 +162,7 @@ def test_throughput_counts_lifetime_share_inside_the_window():
             {"phase": "measure", "ok": True, "e2e_s": 1.0, "audio_s": 2.0, "t_start": 12.0},  # all inside
             {"phase": "measure", "ok": True, "e2e_s": 15.0, "audio_s": 2.0, "t_start": 14.0},  # 6 of 15 s inside
             {"phase": "measure", "ok": False, "error": "x", "t_start": 15.0}]
-    s = st.level_stats(reqs, None, (10.0, 20.0))
+    s = level_stats(reqs, None, (10.0, 20.0))
     assert s["window_source"] == "snapshots" and s["completed_in_window"] == 2
     assert s["throughput_rps"] == pytest.approx((1 / 3 + 1 + 6 / 15) / 10)
     assert s["audio_throughput"] == pytest.approx((1 / 3 + 2 + 2 * 6 / 15) / 10)

@@ -61,8 +61,8 @@ def test_undeclared_syncs_are_caught():
     assert (count.syncs, count.reads, count.blocking_uploads) == (5, 3, 2)
 
 
-def test_step_totals_match_design():
-    # design.md: per talker step at batch B: original (B+4)*14 + (2B+4), fixed 75, vectorized 0
+def test_step_totals_match_the_closed_forms():
+    # docs/sources.md: per talker step at batch B: original (B+4)*14 + (2B+4), fixed 75, vectorized 0
     for b in (1, 8, 64, 256):
         assert syncs_per_step("original", b) == (b + 4) * 14 + (2 * b + 4)
         assert syncs_per_step("fixed", b) == 75

@@ -20,7 +20,7 @@ from .prediction import prediction, read_micro
 from .verdict import Settings, decide, diff_stats, holm, rounds_for_halfwidth
 
 
-def _pairs(blocks: list[dict], kind: str) -> dict[int, dict[str, dict]]:
+def paired_rounds(blocks: list[dict], kind: str) -> dict[int, dict[str, dict]]:
     """Rounds of `kind` in which both arms have a valid block."""
     rounds: dict[int, dict[str, dict]] = {}
     for b in blocks:
@@ -80,7 +80,7 @@ def compare(summaries: list[dict], levels: list[str], s: Settings, metrics=VERDI
     """Per level and metric: differences over rounds, intervals, A/A floor, verdict. Also used by the calibration."""
     k = max(len(levels), 1)
     level_cl = 1.0 - (1.0 - s.confidence) / k  # Bonferroni: every level's CI at 1 - alpha/k keeps the family-wise level
-    ab, aa = _pairs(summaries, "ab"), _pairs(summaries, "aa")
+    ab, aa = paired_rounds(summaries, "ab"), paired_rounds(summaries, "aa")
     per_level: dict = {}
     for i, lv in enumerate(levels):
         row = {}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loadtest.records import MICRO_SCHEMA
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ, DECODE_CALLS_PER_STEP, PREFILL_CALLS_PER_STEP
 
 
@@ -24,7 +25,10 @@ def read_micro(path: str | Path | None) -> dict[tuple[str, int], float] | None:
     """
     if not path or not Path(path).exists():
         return None
-    rows = json.loads(Path(path).read_text(encoding="utf-8")).get("rows") or []
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if doc.get("schema", MICRO_SCHEMA) != MICRO_SCHEMA:
+        raise ValueError(f"{path}: unknown schema {doc.get('schema')!r} (this reader knows {MICRO_SCHEMA!r})")
+    rows = doc.get("rows") or []
     rows = [r for r in rows if r.get("scenario") in ("decode", "prefill") and r.get("median_us") is not None]
     if not rows:
         return None

@@ -4,7 +4,7 @@ Same endpoints as vllm-omni for what the client uses (POST /v1/audio/speech, GET
 fixed and known: first chunk after `ttfa_s`, then one chunk every `chunk_s`, so anything the client measures
 beyond that nominal time is added by the client, the loopback, or this server's scheduling (reported at /stats).
 
-    python -m loadtest.fakeserver --port 0 --ttfa-s 0.05 --chunk-s 0.02 --chunks 5
+    python -m tools.fakeserver --port 0 --port-file /tmp/port --ttfa-s 0.05 --chunk-s 0.02 --chunks 5
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import asyncio
 import io
 import json
 import math
+import os
 import sys
 import time
 
 import numpy as np
 
-RATE = 24000
+from tts_predictor.domain import SAMPLE_RATE_HZ as RATE
 
 
 def tone(seconds: float, offset: int = 0) -> bytes:
@@ -116,7 +117,7 @@ class FixedServer:
         return app
 
 
-async def serve(server: FixedServer, host: str, port: int) -> None:
+async def serve(server: FixedServer, host: str, port: int, port_file: str | None = None) -> None:
     from aiohttp import web
 
     runner = web.AppRunner(server.app(), access_log=None)
@@ -124,23 +125,32 @@ async def serve(server: FixedServer, host: str, port: int) -> None:
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]
-    print(json.dumps({"port": bound}), flush=True)  # the parent reads the port it got from port 0
+    print(json.dumps({"port": bound}), flush=True)
+    if port_file:  # the port it got from port 0, for loadtest.server_process (written once listening)
+        with open(port_file + ".tmp", "w") as f:
+            f.write(str(bound))
+        os.replace(port_file + ".tmp", port_file)
     while True:
         await asyncio.sleep(3600)
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file", default=None, help="write the bound port here once listening")
     ap.add_argument("--ttfa-s", type=float, default=0.05)
     ap.add_argument("--chunk-s", type=float, default=0.02)
     ap.add_argument("--chunks", type=int, default=0, help="fixed chunk count (0: from the text length)")
     ap.add_argument("--chunk-audio-s", type=float, default=0.5)
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    a = parse_args(argv)
     srv = FixedServer(a.ttfa_s, a.chunk_s, a.chunks, a.chunk_audio_s)
     try:
-        asyncio.run(serve(srv, a.host, a.port))
+        asyncio.run(serve(srv, a.host, a.port, a.port_file))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -5,7 +5,7 @@ client-observed e2e minus nominal bounds what the client adds (it also contains 
 server's own scheduling lag, which the server reports separately). CPU share = CPU seconds of the Locust
 process / wall seconds of its run (1.0 = one core saturated; gevent runs on one core).
 
-    python -m loadtest.bench [--levels 64,128,256,512] [--out reports/bench/loadgen.md]
+    python -m tools.bench_load [--levels 64,128,256,512] [--out reports/bench/loadgen.md]
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
-import requests
 
 from loadtest.records import read_requests
-
-ROOT = Path(__file__).resolve().parents[1]
+from loadtest.server_process import ROOT, ServerProcess, ServerSpec
 
 
 def pin(cpu: int) -> list[str]:
@@ -35,11 +34,14 @@ def pin(cpu: int) -> list[str]:
     return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
 
 
-def start_server(ttfa_s: float, chunk_s: float, chunks: int) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([*pin(0), sys.executable, "-m", "loadtest.fakeserver", "--port", "0", "--ttfa-s", str(ttfa_s),
-                          "--chunk-s", str(chunk_s), "--chunks", str(chunks)], cwd=ROOT, stdout=subprocess.PIPE,
-                         text=True)
-    return p, f"http://127.0.0.1:{json.loads(p.stdout.readline())['port']}"
+def start_server(ttfa_s: float, chunk_s: float, chunks: int, tmp: Path) -> ServerProcess:
+    port_file = tmp / f"fake-{ttfa_s}-{chunk_s}-{chunks}.port"
+    port_file.unlink(missing_ok=True)
+    cmd = [*pin(0), sys.executable, "-m", "tools.fakeserver", "--port", "0", "--port-file", str(port_file),
+           "--ttfa-s", str(ttfa_s), "--chunk-s", str(chunk_s), "--chunks", str(chunks)]
+    srv = ServerProcess(ServerSpec(cmd=cmd, port_file=port_file, stop_wait_s=10.0), tmp / "fakeserver.log").start()
+    srv.wait_ready(30)
+    return srv
 
 
 def one_level(conc: int, ttfa_s: float, chunk_s: float, chunks: int, warmup: float, measure: float,
@@ -50,7 +52,8 @@ def one_level(conc: int, ttfa_s: float, chunk_s: float, chunks: int, warmup: flo
         "schema": "tts-scenario/1", "name": f"bench-{conc}", "seed": 1, "mix": {"short": 1}, "timeout_s": 60,
         "phases": {"warmup_s": warmup, "measure_s": measure, "drain_s": 1}, "steps": [conc]}))
     run_dir = tmp / f"run-{conc}-{ttfa_s}"
-    srv, url = start_server(ttfa_s, chunk_s, chunks)
+    srv = start_server(ttfa_s, chunk_s, chunks, tmp)
+    url = srv.url
     try:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
@@ -62,10 +65,9 @@ def one_level(conc: int, ttfa_s: float, chunk_s: float, chunks: int, warmup: flo
                            env=env)
         wall = time.monotonic() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        stats = requests.get(url + "/stats", timeout=5).json()
+        stats = httpx.get(url + "/stats", timeout=5).json()
     finally:
-        srv.terminate()
-        srv.wait(10)
+        srv.stop()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     every = read_requests(run_dir / "requests.jsonl")
     n_all = len(every)
@@ -122,13 +124,13 @@ def main(argv=None) -> None:
 
 
 def render(result: dict, a) -> str:
-    return f"""# Load generator overhead (`python -m loadtest.bench`)
+    return f"""# Load generator overhead (`python -m tools.bench_load`)
 
 Machine: {result['cpus']} CPUs (shared with other work), Python {result['python']}; the fake server and Locust run
 on the same machine, so they compete for the same cores. One Locust process (no workers), streaming mode,
 closed loop, short prompts, {a.measure_s:.0f} s measure phase after 3 s warm-up.
 
-Method: `loadtest/fakeserver.py` answers every request with a fixed schedule (first PCM chunk after `ttfa`,
+Method: `tools/fakeserver.py` answers every request with a fixed schedule (first PCM chunk after `ttfa`,
 then one 0.5 s chunk every `chunk` seconds), so its nominal e2e is known. *Client-observed excess* = e2e
 measured by the client − nominal: an upper bound on what the load generator adds, since it also holds the
 loopback and the fake server's own lateness (measured inside the server from handler entry to the last write,

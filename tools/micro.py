@@ -1,7 +1,7 @@
 """Micro benchmark of the three build_attn_metadata layouts: µs per call and syncs per call.
 
 Interleaved rounds (every round times every variant of every case, in a shuffled order) and medians over
-rounds, so slow drift of a noisy machine hits all variants alike. `python -m tts_predictor.micro [--quick]
+rounds, so slow drift of a noisy machine hits all variants alike. `python -m tools.micro [--quick]
 [--device cuda]` writes reports/micro/<UTC>/results.json and results.md and prints the table.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from .sync_observer import SyncObserver
-from .variants import VARIANTS
+from loadtest.records import MICRO_SCHEMA
+from tts_predictor.sync_observer import SyncObserver
+from tts_predictor.variants import VARIANTS
 
-SCHEMA = "tts-micro/1"
 BLOCK_SIZE = 16
 SIZES = (1, 4, 8, 16, 32, 64, 128, 256)
 SCALING_MAX_SEQ = (16, 256, 2048, 8192)
@@ -130,7 +130,7 @@ def run(device: str = "cpu", rounds: int = 15, sample_s: float = 0.004, seed: in
                             round(statistics.median(xs) * 1e6, 2), round((q3 - q1) * 1e6, 2), rounds,
                             syncs[i, name]))
     return {
-        "schema": SCHEMA,
+        "schema": MICRO_SCHEMA,
         "device": _device_name(dev),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -215,7 +215,7 @@ def table_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tts_predictor.micro", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.micro", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     p.add_argument("--quick", action="store_true", help="a few rounds, short samples: under a minute on 2 cores")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15, quick 4)")

@@ -1,38 +1,31 @@
-"""Shared helpers of the fault, bad-input and security tests (issue 7): scenarios, a watched Locust run, file checks.
-
-Not a test module (leading underscore); imported by tests/test_faults_*.py, test_badinput_*.py, test_security_*.py.
+"""Locust headless as a subprocess, watched: scenario files, a run that snapshots its records at the first failure,
+and checks that no record line was lost or rewritten. Used by the fault tests and tools/fault_table.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from loadtest.records import REQUEST_SCHEMA
+from loadtest.scenario import SCENARIO_SCHEMA
+from loadtest.server_process import ROOT
+
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py")]
 
 
 def write_scenario(tmp_path: Path, steps=(4,), warmup=0.5, measure=3.0, drain=0.5, timeout_s=30, name="fault",
-                   **extra) -> Path:
-    doc = {"schema": "tts-scenario/1", "name": name, "seed": 7, "mix": {"short": 3, "medium": 1, "long": 0},
+                   seed=7, **extra) -> Path:
+    """A scenario file (JSON is YAML) in tmp_path: a short/medium prompt mix, the given steps and phase lengths."""
+    doc = {"schema": SCENARIO_SCHEMA, "name": name, "seed": seed, "mix": {"short": 3, "medium": 1, "long": 0},
            "timeout_s": timeout_s, "phases": {"warmup_s": warmup, "measure_s": measure, "drain_s": drain},
            "steps": list(steps), **extra}
     p = tmp_path / f"{name}.yaml"
     p.write_text(json.dumps(doc))  # JSON is YAML
     return p
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (for 'unreachable' URLs; never used to bind a server)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def intact_lines(path: Path) -> list[dict]:
@@ -111,26 +104,6 @@ class WatchedRun:
         final = (self.run_dir / "requests.jsonl").read_text().split("\n")[:-1]
         assert final[: len(self.before)] == self.before, "records written before the fault changed or vanished"
         for r in recs:
-            assert r["schema"] == "tts-request/1"
+            assert r["schema"] == REQUEST_SCHEMA
             assert r["ok"] == (r["error"] is None), r
         return recs
-
-
-def tree_text(folder: Path) -> str:
-    """All bytes under a folder, decoded leniently (to search for leaked secrets)."""
-    parts = []
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            parts.append(p.name + "\n" + p.read_bytes().decode("utf-8", "replace"))
-    return "\n".join(parts)
-
-
-def without_docker_path() -> str:
-    """A PATH with no `docker` executable on it (Docker absent), keeping python and bash."""
-    keep = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        if d and not os.path.exists(os.path.join(d, "docker")):
-            keep.append(d)
-    path = os.pathsep.join(keep)
-    assert shutil.which("docker", path=path) is None
-    return path

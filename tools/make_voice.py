@@ -1,7 +1,7 @@
 """Regenerate the reference voice clip: espeak-ng speech, resampled to 24 kHz mono PCM16.
 
 The clip is committed; this exists so anyone can see (and redo) how it was made:
-    python -m loadtest.make_voice [--out configs/voices]
+    python -m tools.make_voice [--out configs/voices]
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy as np
 import soundfile as sf
 import yaml
 
+from tts_predictor.domain import SAMPLE_RATE_HZ as RATE
+
 TRANSCRIPT = "The quick brown fox jumps over the lazy dog."
-RATE = 24000
 
 
 def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         "transcript": TRANSCRIPT,
         "language": "English",
         "sample_rate": RATE,
-        "made_with": "espeak-ng -v en-us -s 150, resampled to 24 kHz mono PCM16 by loadtest/make_voice.py",
+        "made_with": "espeak-ng -v en-us -s 150, resampled to 24 kHz mono PCM16 by tools/make_voice.py",
     }
     (out / "ref.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     print(f"wrote {out / 'ref.wav'} ({len(pcm) / RATE:.2f} s) and {out / 'ref.yaml'}")

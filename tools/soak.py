@@ -1,6 +1,6 @@
 """Soak (issue 7): the simulator under N streaming users for a long time; no error, bounded memory, monotonic counters.
 
-    python -m loadtest.soak [--users 256] [--duration-s 600] [--out reports/bench/soak.md]
+    python -m tools.soak [--users 256] [--duration-s 600] [--out reports/bench/soak.md]
 
 Starts the simulator (default model config, port 0), runs the real locustfile headless with one closed-loop step,
 and every --sample-s seconds samples the simulator's resident memory (/proc/<pid>/status VmRSS) and scrapes its
@@ -23,9 +23,14 @@ import threading
 import time
 from pathlib import Path
 
-from tts_predictor.metrics import ENGINE_REQUESTS
+import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from loadtest.records import read_jsonl
+from loadtest.scraper import samples
+from loadtest.server_process import ROOT
+from tools.sim_server import SimServer
+from tts_predictor.domain import VARIANT_NAMES
+from tts_predictor.metrics import ENGINE_REQUESTS
 
 MONOTONIC_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 
@@ -41,10 +46,7 @@ def rss_mib(pid: int) -> float | None:
 
 
 def counter_samples(text: str) -> dict[str, float]:
-    from loadtest.scraper import parse_metrics
-
-    flat, _ = parse_metrics(text)
-    return {k: v for k, v in flat.items() if k.split("{", 1)[0].endswith(MONOTONIC_SUFFIXES)}
+    return {k: v for k, v in samples(text).items() if k.split("{", 1)[0].endswith(MONOTONIC_SUFFIXES)}
 
 
 def monotonic_violations(prev: dict[str, float], cur: dict[str, float]) -> list[str]:
@@ -85,8 +87,6 @@ class Sampler(threading.Thread):
         self.t0 = time.monotonic()
 
     def run(self) -> None:
-        import requests
-
         prev = None
         while not self.stop.is_set():
             t = time.monotonic() - self.t0
@@ -94,7 +94,7 @@ class Sampler(threading.Thread):
                    "locust_rss_mib": rss_mib(self.locust_pid) if self.locust_pid else None,
                    "loadavg_1m": os.getloadavg()[0]}
             try:
-                cur = counter_samples(requests.get(self.url, timeout=10).text)
+                cur = counter_samples(httpx.get(self.url, timeout=10).text)
                 row["counters"] = len(cur)
                 row["requests_finished"] = sum(v for k, v in cur.items()
                                                if k.startswith(ENGINE_REQUESTS))
@@ -113,7 +113,7 @@ def write_markdown(path: Path, res: dict) -> None:
     lines = [
         "# Soak: the simulator under sustained streaming load",
         "",
-        f"`python -m loadtest.soak --users {s['users']} --duration-s {s['duration_s']:g}` on {res['machine']['when']}.",
+        f"`python -m tools.soak --users {s['users']} --duration-s {s['duration_s']:g}` on {res['machine']['when']}.",
         "",
         f"Machine: {res['machine']['cpus']} CPUs shared with other sessions (load average 1 min: mean "
         f"{res['machine']['loadavg_mean']:.1f}, max {res['machine']['loadavg_max']:.1f}), {res['machine']['platform']}. "
@@ -187,13 +187,13 @@ def _q(xs: list[float], p: float) -> float | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtest.soak", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.splitlines()[0])
     p.add_argument("--users", type=int, default=256)
     p.add_argument("--duration-s", type=float, default=600.0)
     p.add_argument("--warmup-s", type=float, default=60.0, help="excluded from the RSS baseline")
     p.add_argument("--sample-s", type=float, default=5.0)
     p.add_argument("--rss-bound-mib", type=float, default=64.0)
-    p.add_argument("--variant", default="fixed", choices=["original", "fixed", "vectorized"])
+    p.add_argument("--variant", default="fixed", choices=VARIANT_NAMES)
     p.add_argument("--config", default="configs/sim/default.yaml")
     p.add_argument("--out", default="reports/bench/soak.md")
     p.add_argument("--keep-run", default=None, help="keep the Locust run folder here (default: a temp dir, deleted)")
@@ -211,8 +211,6 @@ def main(argv=None) -> int:
         print("error: --users >= 1, --duration-s > --warmup-s and --sample-s > 0 required", file=sys.stderr)
         return 2
     os.chdir(ROOT)
-    from loadtest.records import read_jsonl
-    from ttssim.testing import SimServer
 
     tmp = tempfile.TemporaryDirectory(prefix="soak-")
     run_dir = Path(a.keep_run) if a.keep_run else Path(tmp.name) / "run"
@@ -240,7 +238,9 @@ def main(argv=None) -> int:
         sampler.stop.set()
         sampler.join(15)
         sim_alive = sim.proc.poll() is None
-    recs = read_jsonl(run_dir / "requests.jsonl")
+    recs, notes = read_jsonl(run_dir / "requests.jsonl")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     meas = [r for r in recs if r["phase"] == "measure"]
     ok = [r for r in meas if r["ok"]]
     measure_s = a.duration_s - a.warmup_s

@@ -4,12 +4,12 @@ A pool is one A/B run made by `loadtest.ab` with the same variant in both arms, 
 the A/B rounds (`--b-sim-set model.extra_step_pct=2`), and many A/A rounds. Experiments are drawn from it:
 - detection: R A/B rounds + 1 A/A round (the floor) -> does the throughput verdict say "B slower"?
 - false positive: R + 1 A/A rounds relabelled as R "A/B" rounds + 1 A/A round -> does it claim anything?
-Every experiment runs through the same `statistics.compare` as a real run. Experiments overlap (subsampling without
+Every experiment runs through the same `ttsreport.analysis.compare` as a real run. Experiments overlap (subsampling without
 replacement inside each one), so the rates are estimates whose effective sample size is nearer the number of
 disjoint experiments the pool holds; both counts are written next to the rates.
 Also reports the CI half-width reached within a time budget per arm (the 1 % at c=64 target) and its time split.
 
-`python -m ttsreport.calibrate reports/<pool> [--rounds 5] [--experiments 300] [--out reports/bench/verdicts.md]`
+`python -m tools.calibrate reports/<pool> [--rounds 5] [--experiments 300] [--out reports/bench/verdicts.md]`
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from . import statistics as st
-from .verdict import decide
+from ttsreport.analysis import compare, paired_rounds
+from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary, load_run
+from ttsreport.verdict import Settings, decide, diff_stats, mde
 
 
 def _relabel(b: dict, rnd: int, kind: str, arm: str) -> dict:
@@ -35,7 +36,7 @@ def pool_pairs(summaries: list[dict]) -> tuple[list[tuple[dict, dict]], list[tup
     """(A/B pairs, A/A pairs) of valid blocks from the pool, by round."""
     out: dict[str, list] = {"ab": [], "aa": []}
     for kind in ("ab", "aa"):
-        for arms in st._pairs(summaries, kind).values():
+        for arms in paired_rounds(summaries, kind).values():
             out[kind].append((arms["A"], arms["B"]))
     return out["ab"], out["aa"]
 
@@ -48,8 +49,8 @@ def experiment(ab_pairs, aa_pairs, levels, settings) -> dict:
     base = len(aa_pairs)
     for r, (a, b) in enumerate(ab_pairs):
         blocks += [_relabel(a, base + r, "ab", "A"), _relabel(b, base + r, "ab", "B")]
-    per_level, *_ = st.compare(blocks, levels, settings, metrics=(st.PRIMARY_METRIC,))
-    return {lv: per_level[lv][st.PRIMARY_METRIC] for lv in levels}
+    per_level, *_ = compare(blocks, levels, settings, metrics=(PRIMARY_METRIC,))
+    return {lv: per_level[lv][PRIMARY_METRIC] for lv in levels}
 
 
 def rate(k: int, n: int) -> str:
@@ -63,7 +64,7 @@ def halfwidth_within_budget(summaries: list[dict], level: str, budget_s: float, 
     for p in (manifest_dir / "blocks").iterdir():
         meta = json.loads((p / "block.json").read_text())
         timings[meta["block_id"]] = meta.get("timing") or {}
-    rounds = st._pairs(summaries, "ab")
+    rounds = paired_rounds(summaries, "ab")
     used, spent, diffs, split = 0, {"A": 0.0, "B": 0.0}, [], {"ready_s": 0.0, "load_s": 0.0, "stop_s": 0.0,
                                                                "total_s": 0.0}
     for arms in rounds.values():
@@ -75,11 +76,11 @@ def halfwidth_within_budget(summaries: list[dict], level: str, budget_s: float, 
             for k in split:
                 split[k] += timings.get(arms[arm]["block_id"], {}).get(k) or 0.0
         la, lb = arms["A"]["levels"].get(level), arms["B"]["levels"].get(level)
-        if la and lb and la[st.PRIMARY_METRIC] and lb[st.PRIMARY_METRIC] is not None:
-            diffs.append(100.0 * (lb[st.PRIMARY_METRIC] / la[st.PRIMARY_METRIC] - 1.0))
+        if la and lb and la[PRIMARY_METRIC] and lb[PRIMARY_METRIC] is not None:
+            diffs.append(100.0 * (lb[PRIMARY_METRIC] / la[PRIMARY_METRIC] - 1.0))
         used += 1
     d = np.array(diffs)
-    res = st.diff_stats(d, 0.95, st.Settings(), 7) if d.size else {"half_width": None, "hl": None, "ci": None}
+    res = diff_stats(d, 0.95, Settings(), 7) if d.size else {"half_width": None, "hl": None, "ci": None}
     return {"rounds": used, "seconds_per_arm": spent, "split": split, "half_width": res.get("half_width"),
             "ci_t": res.get("ci_t"), "hl": res.get("hl"), "sd": res.get("sd"),
             "t_half_width": None if res.get("ci_t") is None else (res["ci_t"][1] - res["ci_t"][0]) / 2}
@@ -126,8 +127,8 @@ def parametric(ab_pairs, aa_pairs, level: str, settings, rounds: list[int], n: i
         out = []
         for a, b in pairs:
             la, lb = a["levels"].get(level), b["levels"].get(level)
-            if la and lb and la[st.PRIMARY_METRIC] and lb[st.PRIMARY_METRIC] is not None:
-                out.append(100.0 * (lb[st.PRIMARY_METRIC] / la[st.PRIMARY_METRIC] - 1.0))
+            if la and lb and la[PRIMARY_METRIC] and lb[PRIMARY_METRIC] is not None:
+                out.append(100.0 * (lb[PRIMARY_METRIC] / la[PRIMARY_METRIC] - 1.0))
         return np.array(out)
     aa, ab = diffs(aa_pairs), diffs(ab_pairs)
     if aa.size < 3 or ab.size < 3:
@@ -135,7 +136,7 @@ def parametric(ab_pairs, aa_pairs, level: str, settings, rounds: list[int], n: i
     sd_aa, mu_ab, sd_ab = float(aa.std(ddof=1)), float(ab.mean()), float(ab.std(ddof=1))
     rng = np.random.default_rng(seed)
     cl = settings.confidence  # one level
-    better = st.METRICS[st.PRIMARY_METRIC].better
+    better = METRICS[PRIMARY_METRIC].better
     rows = [f"Normal model at c={level}: A/A per-round sd {sd_aa:.2f} %, A/B mean {mu_ab:+.2f} % sd {sd_ab:.2f} %; "
             f"{n} independent experiments per R (same diff_stats + decide as a run; a normal model has no heavy "
             "tails, the pool above has whatever the machine did).", "",
@@ -144,16 +145,16 @@ def parametric(ab_pairs, aa_pairs, level: str, settings, rounds: list[int], n: i
         fp = det = 0
         for i in range(n):
             floor = float(abs(rng.normal(0.0, sd_aa)))
-            s0 = st.diff_stats(rng.normal(0.0, sd_aa, R), cl, settings, i)
+            s0 = diff_stats(rng.normal(0.0, sd_aa, R), cl, settings, i)
             fp += decide(better, s0, floor, cl, settings.margin_pct)["kind"] in ("faster", "slower")
-            s1 = st.diff_stats(rng.normal(mu_ab, sd_ab, R), cl, settings, i)
+            s1 = diff_stats(rng.normal(mu_ab, sd_ab, R), cl, settings, i)
             det += decide(better, s1, floor, cl, settings.margin_pct)["kind"] == "slower"
-        rows.append(f"| {R} | {rate(fp, n)} | {rate(det, n)} | {st.mde(sd_ab, R, cl, settings.power):.2f} % |")
+        rows.append(f"| {R} | {rate(fp, n)} | {rate(det, n)} | {mde(sd_ab, R, cl, settings.power):.2f} % |")
     return rows
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ttsreport.calibrate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("pool", help="A/B run folder: same variant both arms, known delay on B, many A/A rounds")
     ap.add_argument("--rounds", default="5", help="A/B rounds per drawn experiment (plus 1 A/A round); a list: 5,8")
     ap.add_argument("--experiments", type=int, default=300)
@@ -166,16 +167,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the Markdown result here (e.g. reports/bench/verdicts.md)")
     a = ap.parse_args(argv)
     pool = Path(a.pool)
-    run = st.load_run(pool)
+    run = load_run(pool)
     if a.trim_end_s:  # a pool recorded without a drain: end every window early, inside what was recorded
         for b in run["blocks"]:
             for c in b["counters"]:
                 if c.get("kind") == "snapshot" and c.get("edge") == "end" and c.get("t") is not None:
                     c["t"] = float(c["t"]) - a.trim_end_s
-    summaries = [st.block_summary(b) for b in run["blocks"]]
+    summaries = [block_summary(b) for b in run["blocks"]]
     levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
     ab_pairs, aa_pairs = pool_pairs(summaries)
-    settings = st.Settings(n_resamples=999)
+    settings = Settings(n_resamples=999)
     table = []
     for R in [int(x) for x in str(a.rounds).split(",")]:
         if len(ab_pairs) < R or len(aa_pairs) < R + 1:
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     ]
     if a.parametric:
         lines += ["", "## The same rule on a normal model of this pool's spread", "",
-                  *parametric(ab_pairs, aa_pairs, level, st.Settings(n_resamples=499),
+                  *parametric(ab_pairs, aa_pairs, level, Settings(n_resamples=499),
                               [int(x) for x in str(a.rounds).split(",")], a.parametric, a.seed)]
     lines += ["", f"## CI half-width within {a.budget_s / 60:.0f} min per arm at c={level}", ""]
     if hw["half_width"] is not None:

@@ -1,4 +1,4 @@
-"""Benchmark of the simulator against its own model (issue 3 targets): `python -m ttssim.bench [--quick]`.
+"""Benchmark of the simulator against its own model (issue 3 targets): `python -m tools.bench_sim [--quick]`.
 
 For each concurrency level it starts c streaming Base requests at once against a fresh simulator process, then
 compares, from /metrics deltas, the measured total step time with the model's prediction from the same counters
@@ -21,21 +21,22 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import aiohttp
+import httpx
 import numpy as np
 import soundfile as sf
 
 from loadtest.prompts import Voice, speech_payload
+from loadtest.scraper import samples
+from tools.sim_server import REPO, SimServer
 from tts_predictor import metrics as M
-
-from .config import load_config
-from .model import predict_total_step_s, predict_ttfa_s
-from .testing import REPO, SimServer
+from tts_predictor.domain import CALLS_PER_STEP, SAMPLE_RATE_HZ
+from ttssim.config import load_config
+from ttssim.model import predict_total_step_s, predict_ttfa_s
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-def ref_audio_uri(seconds: float = 1.0, sr: int = 24000) -> str:
+def ref_audio_uri(seconds: float = 1.0, sr: int = SAMPLE_RATE_HZ) -> str:
     """A small reference voice as a data: URI (what a local test must send; URLs to loopback are refused)."""
     t = np.arange(int(seconds * sr)) / sr
     buf = io.BytesIO()
@@ -43,19 +44,9 @@ def ref_audio_uri(seconds: float = 1.0, sr: int = 24000) -> str:
     return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Flat {name{labels}: value} of a Prometheus text page (enough for our own counters)."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
-async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    async with session.get(url + "/metrics") as r:
-        return parse_metrics(await r.text())
+async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    r = await client.get(url + "/metrics")
+    return samples(r.text)
 
 
 def speech_body(text: str, ref: str, model: str) -> bytes:
@@ -65,16 +56,18 @@ def speech_body(text: str, ref: str, model: str) -> bytes:
     return json.dumps(speech_payload(text, voice, model=model, language="English", mode="stream")).encode()
 
 
-async def one_request(session, url, body: bytes) -> dict:
+async def one_request(client: httpx.AsyncClient, url: str, body: bytes) -> dict:
     ttfa, nbytes, status, error = None, 0, None, None
     t0 = time.perf_counter()
     try:
-        async with session.post(url + "/v1/audio/speech", data=body, headers=JSON_HEADERS) as r:
-            status = r.status
-            if r.status != 200:
-                error = f"HTTP {r.status}: {(await r.text())[:200]}"
+        async with client.stream("POST", url + "/v1/audio/speech", content=body, headers=JSON_HEADERS) as r:
+            status = r.status_code
+            if status != 200:
+                error = f"HTTP {status}: {(await r.aread()).decode(errors='replace')[:200]}"
             else:
-                async for chunk in r.content.iter_any():
+                async for chunk in r.aiter_raw():
+                    if not chunk:
+                        continue
                     if ttfa is None:
                         ttfa = time.perf_counter() - t0
                     nbytes += len(chunk)
@@ -84,8 +77,8 @@ async def one_request(session, url, body: bytes) -> dict:
 
 
 async def run_level(url: str, c: int, body: bytes, repeats: int) -> tuple[list[dict], dict, dict, float]:
-    timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as s:
         before = await scrape(s, url)
         t0 = time.perf_counter()
         results = []
@@ -124,7 +117,7 @@ def analyse(variant: str, cfg, c: int, results, before, after, wall, text_frames
         "syncs_per_obs_call": d.get(M.SYNCS + v, 0.0) / max(1.0, d.get(M.OBSERVED_CALLS + v, 0.0)),
     }
     row["predicted_s"] = predict_total_step_s(
-        cfg.model, variant=variant, steps=steps, batch_requests=d.get(M.REQUESTS + v, 0.0) / 15,
+        cfg.model, variant=variant, steps=steps, batch_requests=d.get(M.REQUESTS + v, 0.0) / CALLS_PER_STEP,
         admitted=d.get(M.SIM_PREFILLS, 0.0), calls=calls, tokens=d.get(M.TOKENS + v, 0.0),
         variant_s=row["variant_s"],
     )
@@ -160,7 +153,7 @@ def render(rows: list[dict], args, cfg, started: str, secs: float) -> str:
     lines = [
         "# ttssim benchmark: the simulator against its own model",
         "",
-        f"Generated by `python -m ttssim.bench {' '.join(args.argv)}` on {started} (UTC), git {rev.strip() or '?'}, "
+        f"Generated by `python -m tools.bench_sim {' '.join(args.argv)}` on {started} (UTC), git {rev.strip() or '?'}, "
         f"{platform.machine()} with {len(__import__('os').sched_getaffinity(0))} CPUs, load average before "
         f"{' '.join(load)}, {secs:.0f} s in all. Variant `{args.variant}` on CPU, config `{args.config}`.",
         ("Other work was running on the same cores (load average above 1): every timing here is noisy, run it again "
@@ -227,11 +220,11 @@ def render(rows: list[dict], args, cfg, started: str, secs: float) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ttssim.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.bench_sim", description=__doc__.splitlines()[0])
     p.add_argument("--variant", default="original")
     p.add_argument("--config", default="configs/sim/default.yaml")
     p.add_argument("--levels", default="1,8,64,256")
-    p.add_argument("--frames", type=int, default=36, help="audio frames per request (12 per second)")
+    p.add_argument("--frames", type=int, default=36, help="audio frames per request (12.5 per second)")
     p.add_argument("--ttfa-repeats", type=int, default=20)
     p.add_argument("--out", default="reports/bench/sim.md")
     p.add_argument("--quick", action="store_true", help="levels 1,8 only, 2 TTFA repeats")

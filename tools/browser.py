@@ -2,7 +2,7 @@
 
 The DevTools protocol (rather than scraping Chromium's log) reports console messages, uncaught exceptions and failed
 resource loads as structured events, so "no console errors" is a precise check. Used by the tests and by hand:
-`python -m ttsreport.browser reports/<run>/index.html shot.png`.
+`python -m tools.browser reports/<run>/index.html shot.png`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import websocket  # websocket-client, pinned in the report extra
+import websocket  # websocket-client, pinned in the dev extra
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
