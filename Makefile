@@ -18,17 +18,19 @@ QUICK ?=
 RESUME ?=
 DRY_RUN ?=
 
-.PHONY: help venv test lint micro serve load ab demo report test-engine bench-sim bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve load ab demo report test-engine bench-sim bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
 	@echo "make test      all tests (creates .venv)"
+	@echo "make test-fast the unit tier: no processes, no servers (about a minute on 2 cores)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
 	@echo "make ab        A=original B=fixed BACKEND=sim|vllm ROUNDS=3 SCENARIO=... [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
 	@echo "make bench-sim / bench-load   simulator fidelity / load-generator overhead benchmarks (reports/bench/)"
+	@echo "make soak / faults-table      long soak / every fault through Locust and the A/B runner (reports/bench/)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,11 +45,14 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 micro: $(STAMP)
-	$(PY) -m tts_predictor.micro --device $(DEVICE) $(if $(QUICK),--quick,)
+	$(PY) -m tools.micro --device $(DEVICE) $(if $(QUICK),--quick,)
 
 serve: $(STAMP)
 	$(PY) -m ttssim.launch --variant $(VARIANT) --port $(PORT) --device $(DEVICE) --config $(SIM_CONFIG) \
@@ -59,16 +64,16 @@ load: $(STAMP)
 	$(VENV)/bin/locust -f loadtest/tts.py --headless --host $(HOST) --scenario $(LOAD_SCENARIO) --variant $(VARIANT)
 
 bench-sim: $(STAMP)
-	$(PY) -m ttssim.bench $(if $(QUICK),--quick,)
+	$(PY) -m tools.bench_sim $(if $(QUICK),--quick,)
 
 bench-load: $(STAMP)
-	$(PY) -m loadtest.bench --out reports/bench/loadgen.md
+	$(PY) -m tools.bench_load --out reports/bench/loadgen.md
 
 soak: $(STAMP)
-	$(PY) -m loadtest.soak
+	$(PY) -m tools.soak
 
 faults-table: $(STAMP)
-	$(PY) tests/fault_table.py
+	$(PY) -m tools.fault_table
 
 ab: $(STAMP)
 	$(PY) -m loadtest.ab --a $(A) --b $(B) --backend $(or $(BACKEND),sim) --rounds $(ROUNDS) --aa-rounds $(AA_ROUNDS) \

@@ -1,4 +1,5 @@
-"""Records: schema on every line, unrounded floats, flushed per line, unknown schemas refused."""
+"""The record contract: schema on every line, unrounded floats, flushed per line, one tolerant reader that refuses
+unknown schemas, the documented field order, and the rules that judge a block."""
 
 from __future__ import annotations
 
@@ -7,7 +8,23 @@ import json
 
 import pytest
 
-from loadtest.records import REQUEST_FIELDS, JsonlWriter, RequestRecord, dumps, parse_request, read_requests
+from loadtest.records import (
+    BLOCK_SCHEMA,
+    COUNTERS_SCHEMA,
+    REQUEST_FIELDS,
+    REQUEST_SCHEMA,
+    BlockRecord,
+    CounterDelta,
+    CounterSnapshot,
+    JsonlWriter,
+    RequestRecord,
+    block_validity,
+    dumps,
+    manipulation_check,
+    parse_request,
+    read_jsonl,
+    read_requests,
+)
 
 DOC_FIELDS = ("schema, run_id, worker, step, concurrency, phase, mode, ok, error, status, ttfa_s, e2e_s, audio_s, rtf, "
               "bytes, t_start, prompt_id, bucket, variant, seq")
@@ -19,6 +36,15 @@ def rec(**kw):
                 t_start=1796051742.1250868, prompt_id="s01", bucket="short", variant=None)
     base.update(kw)
     return RequestRecord(**base)
+
+
+def test_schema_ids_are_the_documented_ones():
+    from loadtest import records
+
+    assert (records.REQUEST_SCHEMA, records.COUNTERS_SCHEMA, records.RUN_SCHEMA, records.AB_SCHEMA,
+            records.BLOCK_SCHEMA, records.SUMMARY_SCHEMA, records.COMPARISON_SCHEMA, records.MICRO_SCHEMA) == (
+        "tts-request/1", "tts-counters/1", "tts-run/1", "tts-ab/1", "tts-block/1", "tts-summary/1",
+        "tts-comparison/1", "tts-micro/1")
 
 
 def test_fields_are_the_documented_contract():
@@ -48,3 +74,67 @@ def test_unknown_schema_refused():
     del obj["schema"]
     with pytest.raises(ValueError):
         parse_request(json.dumps(obj))
+
+
+def test_one_reader_skips_a_truncated_last_line_with_a_note(tmp_path):
+    p = tmp_path / "requests.jsonl"
+    p.write_text(dumps(rec().to_dict()) + "\n\n" + dumps(rec(seq=1).to_dict()) + "\n" + '{"schema": "tts-req')
+    rows, notes = read_jsonl(p, REQUEST_SCHEMA)
+    assert [r["seq"] for r in rows] == [None, 1] and notes == [f"{p}: truncated last line skipped"]
+    with pytest.warns(UserWarning, match="truncated last line"):
+        assert read_requests(p) == [rec(), rec(seq=1)]
+    assert read_jsonl(tmp_path / "absent.jsonl") == ([], [])
+
+
+def test_one_reader_refuses_a_broken_middle_line_and_an_unknown_schema(tmp_path):
+    p = tmp_path / "requests.jsonl"
+    p.write_text('{"broken\n' + dumps(rec().to_dict()) + "\n")
+    with pytest.raises(ValueError, match=r"requests.jsonl:1: not JSON"):
+        read_jsonl(p)
+    p.write_text(dumps(rec().to_dict()) + "\n" + dumps({**rec().to_dict(), "schema": "tts-request/2"}) + "\n")
+    with pytest.raises(ValueError, match=r":2: unknown schema 'tts-request/2'"):
+        read_jsonl(p, REQUEST_SCHEMA)
+    assert len(read_jsonl(p)[0]) == 2  # without a schema to check, every line is a row
+
+
+def test_counter_and_block_records_keep_the_documented_field_order():
+    snap = CounterSnapshot(step=0, concurrency=8, edge="start", t=1.5, target="u", ok=True, error=None,
+                           samples={"a": 1.0})
+    assert list(snap.to_dict()) == ["schema", "kind", "step", "concurrency", "edge", "t", "target", "ok", "error",
+                                    "samples"]
+    assert snap.to_dict()["schema"] == COUNTERS_SCHEMA and snap.to_dict()["kind"] == "snapshot"
+    names = [f.name for f in dataclasses.fields(CounterDelta)]
+    delta = CounterDelta(**dict.fromkeys(names, None)).to_dict()
+    assert list(delta)[:5] == ["schema", "kind", "step", "concurrency", "target"] and delta["kind"] == "delta"
+    assert list(delta)[5:] == ["duration_s", "variant", "calls", "seconds", "syncs", "observed_calls",
+                               "observed_tokens", "tokens", "batch_requests", "steps", "step_seconds", "frames",
+                               "requests_finished", "syncs_per_call", "syncs_per_step", "calls_per_request",
+                               "seconds_per_request", "mean_batch"]
+    block = BlockRecord(block_id="000-r0-aa-A", round=0, kind="aa", arm="A", variant="original")
+    assert list(block.to_dict()) == ["schema", "block_id", "round", "kind", "arm", "variant", "status", "reason",
+                                     "started", "ended", "server_url", "failed_before", "timing"]
+    assert block.to_dict()["status"] == "interrupted"  # written before the block starts: a killed runner says so
+    block.requests = {"measure": 1}
+    assert block.to_dict()["requests"] == {"measure": 1} and block.to_dict()["schema"] == BLOCK_SCHEMA
+
+
+def test_block_validity_stored_status_first_then_the_check_then_data():
+    good = {"ok": True, "reason": None}
+    bad = {"ok": False, "reason": "syncs 0 != expected 75"}
+    assert block_validity({"status": "complete"}, good, measured=True) is None
+    assert block_validity({"status": "invalid", "reason": "3 of 9 failed"}, good, True) == "status invalid: 3 of 9 failed"
+    assert block_validity({"status": "complete"}, bad, True) == "manipulation check failed: syncs 0 != expected 75"
+    assert block_validity({"status": "complete"}, good, measured=False) == "no measured requests"
+
+
+def test_manipulation_check_needs_the_variants_signature():
+    def delta(variant, syncs, calls=2, tokens=32):
+        return {"kind": "delta", "syncs": syncs, "observed_calls": calls, "observed_tokens": tokens,
+                "variant": variant}
+
+    assert manipulation_check("original", [delta("original", 32 + 4 * 2)])["ok"]  # T+4 per call
+    assert not manipulation_check("fixed", [])["ok"]
+    wrong = manipulation_check("original", [delta("original", 5 * 2)])  # the fixed signature
+    assert not wrong["ok"] and "expected 40" in wrong["reason"]
+    other = manipulation_check("fixed", [delta("vectorized", 0)])
+    assert not other["ok"] and "server reports variant ['vectorized']" in other["reason"]

@@ -79,7 +79,7 @@ def empty_layout(block_table: torch.Tensor, device: torch.device | str) -> Batch
 
 
 def reference_layout(query_lens, seq_lens, block_table, *, block_size: int) -> dict:
-    """A plain-Python statement of the semantics (design.md), used by tests as the ground truth."""
+    """A plain-Python statement of the semantics (docs/sources.md), used by tests as the ground truth."""
     ql, sl = [int(x) for x in query_lens], [int(x) for x in seq_lens]
     bt = block_table.cpu().tolist()
     qsl = [0]

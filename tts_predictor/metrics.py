@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .domain import DECODE_CALLS_PER_STEP, DECODE_QUERY_LEN, PREFILL_QUERY_LEN
+
 # --- predictor (both backends) -------------------------------------------------------------------------------
 CALLS = "tts_predictor_build_attn_metadata_calls_total"
 SECONDS = "tts_predictor_build_attn_metadata_seconds"
@@ -71,13 +73,13 @@ HELP = {
     OBSERVE_ENABLED: "1 while the sync observer samples calls, 0 while it is switched off (timing windows).",
     CONTROL_ERRORS: "Control file changes refused (unknown variant, broken JSON, ...), by reason; the server kept "
     "its current settings.",
-    STEPS: "Talker steps executed by the engine (one 12 Hz codec frame for every running request).",
+    STEPS: "Talker steps executed by the engine (one codec frame for every running request).",
     STEP_SECONDS: "Wall time of one engine step, seconds (simulated model time + real variant time), from the previous "
     "step's end (its start after idle) to its end: the cadence clients see.",
     BATCH_SIZE: "Requests advanced per engine step.",
     RUNNING: "Requests currently in the running batch.",
     WAITING: "Requests admitted but waiting for a batch slot.",
-    FRAMES: "Codec frames produced (12 per second of audio).",
+    FRAMES: "Codec frames produced (12.5 per second of audio).",
     ENGINE_REQUESTS: "Speech requests finished by the engine, by outcome.",
     SIM_MODELLED_SECONDS: "Simulator: modelled rest-of-step time slept (base + per-request + prefill), seconds.",
     SIM_STALL_SECONDS: "Simulator: modelled GPU stall slept for synchronisations (CPU device only), seconds. Syncs are "
@@ -138,7 +140,7 @@ def make_predictor_metrics(registry=None) -> PredictorMetrics:
 
 
 def syncs_per_call(variant: str, num_tokens: int) -> int:
-    """The closed form every variant must show (design.md): original T+4, fixed 5, vectorized 0."""
+    """The closed form every variant must show (docs/sources.md): original T+4, fixed 5, vectorized 0."""
     if variant == "original":
         return num_tokens + 4
     if variant == "fixed":
@@ -163,4 +165,5 @@ def syncs_per_step(variant: str, batch: int) -> int:
     """Syncs of one talker step at batch B: 1 prefill (T=2B) + 14 decodes (T=B)."""
     if batch <= 0:
         return 0
-    return syncs_per_call(variant, 2 * batch) + 14 * syncs_per_call(variant, batch)
+    return (syncs_per_call(variant, PREFILL_QUERY_LEN * batch)
+            + DECODE_CALLS_PER_STEP * syncs_per_call(variant, DECODE_QUERY_LEN * batch))

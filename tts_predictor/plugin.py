@@ -32,10 +32,11 @@ import textwrap
 import threading
 import time
 
+from .domain import DEFAULT_VARIANT
+
 ENV_VARIANT = "TTS_PREDICTOR_VARIANT"
 ENV_SAMPLE = "TTS_PREDICTOR_SYNC_SAMPLE"
 ENV_SKIP_SOURCE_CHECK = "TTS_PREDICTOR_SKIP_SOURCE_CHECK"
-DEFAULT_VARIANT = "original"
 DEFAULT_SAMPLE = 32  # coprime with the 15 calls of a talker step: the sample walks through prefill and decodes
 
 SUPPORTED_VLLM_OMNI = "0.16.0"

@@ -14,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+from tts_predictor.domain import VARIANT_NAMES
+
 from . import __version__
 
 BANNER = """\
@@ -23,10 +25,6 @@ BANNER = """\
 ##  GPU stalls, audio) is MODELLED from {config}. /metrics says backend="simulated".
 ##  Listening on http://{host}:{port}
 ################################################################################################"""
-
-
-VARIANT_NAMES = ("original", "fixed", "vectorized")  # = tts_predictor.variants.VARIANTS (checked by the engine);
-# spelled out so that a bad argument fails before torch is imported
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tts_predictor.domain import VARIANT_NAMES
+
 REPO = Path(__file__).resolve().parent.parent
 SERVE_SH = "docker/serve.sh"
 
@@ -64,7 +66,7 @@ def build(args) -> tuple[str, list[str], dict, str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ttssim.launch", description=__doc__.splitlines()[0])
-    p.add_argument("--variant", required=True, choices=["original", "fixed", "vectorized"])
+    p.add_argument("--variant", required=True, choices=VARIANT_NAMES)
     p.add_argument("--port", type=int, default=8091)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--device", default="cpu")

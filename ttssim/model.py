@@ -10,8 +10,6 @@ from tts_predictor.metrics import expected_syncs
 
 from .config import ModelConfig
 
-PREDICTOR_CALLS_PER_STEP = 15  # 1 prefill (query len 2) + 14 decodes (query len 1) [design.md]
-
 
 def call_shapes(max_seq_len: int = 16) -> list[tuple[int, int]]:
     """(query_len, seq_len) of the 15 predictor calls of one talker step: prefill 2/2, then decodes 1/3 .. 1/16."""

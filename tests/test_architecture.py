@@ -1,0 +1,158 @@
+"""The import rules of docs/architecture.md, checked on the syntax trees of the code (nothing is imported or run).
+
+Data flows one way: configs -> load -> raw files -> statistics -> report. tts_predictor (the code under test) uses no
+other package of ours; ttssim and loadtest build on tts_predictor only; ttsreport reads the raw files through their
+contract, loadtest.records, and nothing else of loadtest; no product package uses tools/ (benchmarks, soak, fakes),
+and the A/B command line stays light (no numpy, scipy, torch or ttsreport behind `import loadtest.ab`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+OURS = ("tts_predictor", "ttssim", "loadtest", "ttsreport", "tools", "tests")
+PRODUCT = ("tts_predictor", "ttssim", "loadtest", "ttsreport")
+
+
+def modules(package: str) -> dict[str, ast.Module]:
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): ast.parse(p.read_text())
+            for p in sorted((ROOT / package).glob("*.py"))}
+
+
+def imports(name: str, tree: ast.Module, top_level_only: bool = False) -> set[str]:
+    """Absolute names of the modules `name` imports (relative imports resolved)."""
+    package = name if name.count(".") == 0 else name.rsplit(".", 1)[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:  # imports under `if TYPE_CHECKING:` or try/except at module level still count
+        nodes = [n for stmt in tree.body for n in ast.walk(stmt)
+                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    out = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = package + ("." + base if base else "")
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
+    return out
+
+
+def ours(names: set[str]) -> set[str]:
+    return {n for n in names if n.split(".")[0] in OURS}
+
+
+ALL = {name: tree for pkg in (*PRODUCT, "tools") for name, tree in modules(pkg).items()}
+# what each product package may import of ours (besides itself)
+ALLOWED = {
+    "tts_predictor": set(),
+    "ttssim": {"tts_predictor"},
+    "loadtest": {"tts_predictor"},
+    "ttsreport": {"tts_predictor", "loadtest.records"},
+}
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_product_packages_import_only_what_the_flow_allows(package):
+    bad = {}
+    for name, tree in ALL.items():
+        if name.split(".")[0] != package:
+            continue
+        for imp in ours(imports(name, tree)):
+            head = imp.split(".")[0]
+            if head == package:
+                continue
+            if not any(imp == a or imp.startswith(a + ".") or (a.startswith(imp + ".") and "." not in a[len(imp) + 1:])
+                       for a in ALLOWED[package]):
+                bad.setdefault(name, []).append(imp)
+    # `from loadtest import records` names the module loadtest.records: allowed where loadtest.records is
+    assert not bad, bad
+
+
+def test_the_record_contract_is_light():
+    tree = ALL["loadtest.records"]
+    names = imports("loadtest.records", tree)
+    assert ours(names) <= {"tts_predictor", "tts_predictor.metrics"}, ours(names)
+    third_party = {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - set(OURS) - {"__future__"}
+    assert not third_party, third_party
+
+
+def _closure(start: str) -> set[str]:
+    """Modules of ours that importing `start` executes (module-level imports, transitively)."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # importing a.b runs a/__init__ first
+            todo.append(".".join(parts[:i]))
+        if name in ALL:
+            todo += [n for n in ours(imports(name, ALL[name], top_level_only=True)) if n in ALL or n in OURS]
+    return seen
+
+
+def test_import_loadtest_ab_pulls_in_no_statistics_and_no_torch():
+    closure = _closure("loadtest.ab")
+    assert {"loadtest.plan", "loadtest.runner", "loadtest.records"} <= closure
+    assert not {n for n in closure if n.startswith(("ttsreport", "ttssim", "tools"))}, closure
+    third_party = {i.split(".")[0] for n in closure if n in ALL for i in imports(n, ALL[n], top_level_only=True)}
+    assert not third_party & {"scipy", "numpy", "torch", "matplotlib"}, third_party
+
+
+def test_schema_ids_are_spelled_once():
+    """Every record schema id is a string in loadtest/records.py only; the code uses its name (the tests pin the
+    values themselves, as the documented format)."""
+    pattern = re.compile(r"^tts-(request|counters|run|ab|block|summary|comparison|micro)/\d+$")
+    found = {}
+    for pkg in (*PRODUCT, "tools"):
+        for p in sorted((ROOT / pkg).glob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value):
+                    found.setdefault(str(p.relative_to(ROOT)), set()).add(node.value)
+    assert set(found) == {"loadtest/records.py"}, found
+
+
+DOMAIN_NAMES = re.compile(r"^(VARIANT_NAMES|DEFAULT_VARIANT|CALLS_PER_STEP|PREFILL_CALLS_PER_STEP|"
+                          r"DECODE_CALLS_PER_STEP|SAMPLE_RATE(_HZ)?|SAMPLES_PER_CODEC_FRAME|CODEC_FRAME_RATE(_HZ)?|"
+                          r"FRAMES_PER_AUDIO_S|BYTES_PER_SAMPLE|CHUNK_FRAMES|MODEL_NAME|DEFAULT_MODEL)$")
+
+
+def test_domain_constants_are_defined_once():
+    """tts_predictor/domain.py is the one place of these names: no other module assigns them."""
+    defined = {}
+    for name, tree in ALL.items():
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name) and DOMAIN_NAMES.match(t.id):
+                    defined.setdefault(t.id, []).append(name)
+    assert all(where == ["tts_predictor.domain"] for where in defined.values()), defined
+
+
+def test_domain_names_match_the_code_under_test():
+    from tts_predictor import domain
+    from tts_predictor.variants import VARIANTS
+
+    assert tuple(VARIANTS) == domain.VARIANT_NAMES and domain.DEFAULT_VARIANT in VARIANTS
+    assert domain.CALLS_PER_STEP == 15 and domain.CODEC_FRAME_RATE_HZ == 12.5
+    assert domain.SAMPLE_RATE_HZ == domain.SAMPLES_PER_CODEC_FRAME * domain.CODEC_FRAME_RATE_HZ
+
+
+@pytest.mark.slow
+def test_import_loadtest_ab_is_light_when_run():
+    """The same as the closure test above, measured: what a fresh interpreter really imports."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import loadtest.ab"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in p.stderr.splitlines() if "|" in line}
+    assert "loadtest" in loaded and not loaded & {"scipy", "numpy", "torch", "matplotlib", "ttsreport"}, loaded
