@@ -103,6 +103,17 @@ def test_grafana_provisioning():
 
 
 @pytest.mark.slow
+def test_dashboards_check_passes_from_any_directory(tmp_path):
+    """`python docker/grafana/dashboards.py --check`: the committed JSON is what the source (with the domain constants
+    and metric names it imports) renders."""
+    proc = subprocess.run([sys.executable, str(DOCKER / "grafana" / "dashboards.py"), "--check"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (DOCKER / "grafana/dashboards/tts-throughput.json").read_text()
+    assert "/ 15 / 12.5" in text  # audio seconds = frames / calls per step / codec frame rate
+
+
+@pytest.mark.slow
 def test_stage_configs_current_and_follow_the_sweep():
     proc = subprocess.run([sys.executable, str(ROOT / "configs/stages/generate.py"), "--check"], capture_output=True,
                           text=True)

@@ -11,12 +11,16 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: run from any cwd
+
+from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ  # noqa: E402
+from tts_predictor.metrics import CALLS, OBSERVED_CALLS, OBSERVED_TOKENS, REQUESTS, SECONDS, SYNCS  # noqa: E402
+
 DS = {"type": "prometheus", "uid": "tts-prometheus"}
 OUT = Path(__file__).resolve().parent / "dashboards"
 W = "[1m]"
-P = "tts_predictor_"
-CALLS, SYNCS, OBS = P + "build_attn_metadata_calls_total", P + "device_syncs_total", P + "sync_observed_calls_total"
-OBS_TOK, SECS, REQS = P + "sync_observed_tokens_total", P + "build_attn_metadata_seconds", P + "batch_requests_total"
+OBS, OBS_TOK, SECS, REQS = OBSERVED_CALLS, OBSERVED_TOKENS, SECONDS, REQUESTS
+K, HZ = CALLS_PER_STEP, f"{CODEC_FRAME_RATE_HZ:g}"
 
 DASHBOARDS = {
     "tts-sync": ("Predictor sync counters per variant", [
@@ -30,8 +34,8 @@ DASHBOARDS = {
         ("p99 host time per call", f"histogram_quantile(0.99, sum by (le, variant) (rate({SECS}_bucket{W})))", "s"),
     ]),
     "tts-throughput": ("Throughput and latency", [
-        ("Audio seconds produced per second (frames: batch requests / 15 calls per step / 12 Hz)",
-         f"sum(rate({REQS}{W})) / 15 / 12", "none"),
+        (f"Audio seconds produced per second (frames: batch requests / {K} calls per step / {HZ} Hz)",
+         f"sum(rate({REQS}{W})) / {K} / {HZ}", "none"),
         ("Speech requests per second by status (vLLM: HTTP handler; simulator: its request counter)",
          f'sum by (status) (rate(http_requests_total{{handler="/v1/audio/speech"}}{W}))'
          f" or sum by (status) (rate(tts_sim_http_requests_total{W}))", "reqps"),
@@ -43,11 +47,11 @@ DASHBOARDS = {
     ]),
     "tts-engine": ("Engine batch and step time", [
         ("Mean requests per predictor call (= talker batch)", f"sum(rate({REQS}{W})) / sum(rate({CALLS}{W}))", "none"),
-        ("Talker steps per second (simulator: counted; vLLM: calls / 15)",
-         f"sum(rate(tts_engine_steps_total{W})) or sum(rate({CALLS}{W})) / 15", "ops"),
+        (f"Talker steps per second (simulator: counted; vLLM: calls / {K})",
+         f"sum(rate(tts_engine_steps_total{W})) or sum(rate({CALLS}{W})) / {K}", "ops"),
         ("Step time p50 (simulator histogram; vLLM: wall seconds per step when busy)",
          f"histogram_quantile(0.5, sum by (le) (rate(tts_engine_step_seconds_bucket{W})))"
-         f" or 15 / sum(rate({CALLS}{W}))", "s"),
+         f" or {K} / sum(rate({CALLS}{W}))", "s"),
         ("Running requests in the batch (simulator)", "sum(tts_engine_running_requests)", "none"),
         ("Requests waiting for a batch slot (simulator)", "sum(tts_engine_waiting_requests)", "none"),
     ]),
