@@ -4,7 +4,7 @@ Same endpoints as vllm-omni for what the client uses (POST /v1/audio/speech, GET
 fixed and known: first chunk after `ttfa_s`, then one chunk every `chunk_s`, so anything the client measures
 beyond that nominal time is added by the client, the loopback, or this server's scheduling (reported at /stats).
 
-    python -m tools.fakeserver --port 0 --port-file /tmp/port --ttfa-s 0.05 --chunk-s 0.02 --chunks 5
+    python -m tools.fakeserver --port 0 --port-file fake.port --ttfa-s 0.05 --chunk-s 0.02 --chunks 5
 """
 
 from __future__ import annotations
