@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from loadtest.server_process import ROOT
-from tools.locust_run import WatchedRun, write_scenario
+from tools.locust_run import WatchedRun, damaged_lines, write_scenario
 from tools.sim_server import SimServer
 
 LOCUST_FAULTS = [
@@ -53,17 +53,8 @@ EXTRA = """## Also covered by tests, not tabulated
 
 def parse_file(path: Path) -> tuple[list[dict], int]:
     """(records, lines that do not parse or a missing final newline)."""
-    if not path.exists():
-        return [], 0
-    raw = path.read_text()
-    bad = 0 if raw == "" or raw.endswith("\n") else 1
-    recs = []
-    for line in raw.split("\n")[:-1]:
-        try:
-            recs.append(json.loads(line))
-        except ValueError:
-            bad += 1
-    return recs, bad
+    recs, problems = damaged_lines(path)
+    return recs, len(problems)
 
 
 def reasons(recs) -> str:
