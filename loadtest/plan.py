@@ -90,10 +90,15 @@ def _run_quiet(cmd: list[str], timeout: float = 5.0) -> str | None:
         return None
 
 
+def git_revision() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    return _run_quiet(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+
+
 def environment(backend: str, variants: tuple[str, ...] = ()) -> dict:
     """What the manifest records about the machine and the code: no environment variables, so no tokens."""
     gpu = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
-    rev = _run_quiet(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+    rev = git_revision()
     dirty = _run_quiet(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
     info = {"git_revision": rev, "git_dirty": bool(dirty), "python": platform.python_version(),
             "platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu.splitlines() if gpu else None}

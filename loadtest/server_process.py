@@ -139,7 +139,7 @@ class ServerProcess:
             if not self.alive():
                 raise self._exited()
             if time.monotonic() >= deadline:
-                raise ServerError(f"server not listening within {timeout_s:g} s (see {self.log_path.name})")
+                raise ServerError(f"server not ready within {timeout_s:g} s: not listening (see {self.log_path.name})")
             sleep(0.05)
         return self.port
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -22,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadtest.client import GeventTransport, Outcome, run_request
+from loadtest.plan import git_revision
 from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
 from loadtest.records import RUN_SCHEMA, JsonlWriter, RequestRecord, dumps
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
@@ -71,14 +71,6 @@ def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.
         wait_healthy(host, timeout_s, clock=clock, sleep=sleep, check=check)
     except TimeoutError as e:
         raise ValueError(f"server {host} {e}; is it running? (--ready-timeout sets the wait)") from None
-
-
-def git_revision() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip() or None
-    except Exception:
-        return None
 
 
 def utc_stamp() -> str:

@@ -16,7 +16,6 @@ import io
 import json
 import platform
 import statistics
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +24,7 @@ import httpx
 import numpy as np
 import soundfile as sf
 
+from loadtest.plan import git_revision
 from loadtest.prompts import Voice, speech_payload
 from loadtest.scraper import samples
 from tools.sim_server import REPO, SimServer
@@ -146,10 +146,7 @@ def _busy(load: list[str]) -> bool:
 
 def render(rows: list[dict], args, cfg, started: str, secs: float) -> str:
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"] * 3
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    except OSError:
-        rev = "?"
+    rev = (git_revision() or "?")[:7]
     lines = [
         "# ttssim benchmark: the simulator against its own model",
         "",
