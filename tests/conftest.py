@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from loadtest import records
+from loadtest.plan import make_plan
 from loadtest.server_process import ROOT, free_port  # noqa: F401  (re-exported for the tests)
 from tools.locust_run import LOCUST, WatchedRun, complete_lines, intact_lines, write_scenario  # noqa: F401
 from tts_predictor import metrics as pm
@@ -169,19 +170,11 @@ def make_run(run: Path, *, rounds=5, aa_rounds=1, slow_b=0.0, noise=0.01, seed=1
     """A whole A/B run folder: A/A rounds, then A/B rounds in seeded random order. B's latency scaled by 1+slow_b."""
     rng = np.random.default_rng(seed)
     run.mkdir(parents=True, exist_ok=True)
-    plan = []
-    k = 0
-    for r in range(aa_rounds + rounds):
-        kind = "aa" if r < aa_rounds else "ab"
-        arms = ["A", "B"] if rng.random() < 0.5 else ["B", "A"]
-        for arm in arms:
-            variant = a if (kind == "aa" or arm == "A") else b
-            bid = f"{k:03d}-r{r}-{kind}-{arm}"
-            plan.append({"block_id": bid, "round": r, "kind": kind, "arm": arm, "variant": variant})
-            make_block(run, bid, r, kind, arm, variant, levels=levels, noise=noise, rng=rng,
-                       slow=slow_b if (kind == "ab" and arm == "B") else 0.0,
-                       simulated=simulated)
-            k += 1
+    plan = make_plan(rounds, aa_rounds, a, b, seed)  # the runner's own plan: A/A first, seeded arm order
+    for blk in plan:
+        make_block(run, blk["block_id"], blk["round"], blk["kind"], blk["arm"], blk["variant"], levels=levels,
+                   noise=noise, rng=rng, slow=slow_b if (blk["kind"] == "ab" and blk["arm"] == "B") else 0.0,
+                   simulated=simulated)
     (run / "manifest.json").write_text(json.dumps({
         "schema": records.AB_SCHEMA, "run_id": run.name, "variants": {"A": a, "B": b},
         "backend": {"name": "sim" if simulated else "vllm"}, "plan": plan, "status": status, "seeds": {"order": seed}}))
