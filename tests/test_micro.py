@@ -6,6 +6,7 @@ import json
 
 from loadtest.records import MICRO_SCHEMA
 from tools import micro
+from tts_predictor.domain import VARIANT_NAMES
 from tts_predictor.metrics import syncs_per_call
 
 
@@ -18,7 +19,7 @@ def test_micro_cli_writes_results(tmp_path, capsys):
     keys = {(r["scenario"], r["num_reqs"], r["max_seq_len"], r["variant"]) for r in rows}
     for scenario in ("decode", "prefill", "mixed"):
         for n in micro.SIZES:
-            assert {(scenario, n, v) for v in ("original", "fixed", "vectorized")} <= {k[:2] + k[3:] for k in keys}
+            assert {(scenario, n, v) for v in VARIANT_NAMES} <= {k[:2] + k[3:] for k in keys}
     assert {r["max_seq_len"] for r in rows if r["scenario"] == "blocks"} == set(micro.SCALING_MAX_SEQ)
     for r in rows:
         assert set(r) >= {"scenario", "num_reqs", "blocks_per_seq", "tokens", "variant", "median_us", "syncs_per_call"}
