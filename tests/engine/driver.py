@@ -1,6 +1,7 @@
 """One engine-venv process with the plugin loaded the way vLLM loads it; run by tests/engine/test_engine.py.
 
-`python driver.py OUT.json [--fake-omni-version V] [--tamper | --tamper-wrapped] [--control-script JSON]`, with
+`python driver.py OUT.json [--fake-omni-version V] [--tamper | --tamper-wrapped] [--control-script JSON]
+[--virtual-clock]`, with
 TTS_PREDICTOR_VARIANT or TTS_PREDICTOR_CONTROL (and PROMETHEUS_MULTIPROC_DIR) in the environment.
 
 Real: vLLM's load_general_plugins() and entry-point discovery, vllm-omni 0.16.0's code predictor
@@ -45,6 +46,12 @@ MAX_BATCH = 8
 SEED = 1234
 HIDDEN = 64
 STEP_BATCHES = (1, 3, 8, 8, 2, 5, 8, 1, 4, 8, 3, 6)  # talker steps of the forward phase
+VIRTUAL_T0 = 1000.0
+
+
+def virtual_gap(k: int) -> float:
+    """--virtual-clock: how far the plugin's clock moves before forward step k (varied, all below the idle gap)."""
+    return 0.01 * (1 + k % 5)
 VARIANTS = ("original", "fixed", "vectorized")
 
 
@@ -110,6 +117,9 @@ def reference_attention(mds):
     return forward
 
 
+VIRTUAL = {"t": VIRTUAL_T0}
+
+
 def _write_raw(path: str, text: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -121,8 +131,8 @@ def _control_action(ev: dict) -> None:
     from tts_predictor.control import write_control
 
     path = os.environ["TTS_PREDICTOR_CONTROL"]
-    if "sleep" in ev:
-        time.sleep(ev["sleep"])
+    if "advance" in ev:  # the virtual clock: a pause the plugin sees, without waiting for it
+        VIRTUAL["t"] += ev["advance"]
     if "write" in ev:
         write_control(path, **ev["write"])
     if "raw" in ev:
@@ -163,6 +173,11 @@ def main() -> int:
     from tts_predictor import plugin
 
     controlled = plugin.installed_control() is not None
+    virtual = "--virtual-clock" in args
+    if virtual:  # the plugin's clock (step clock, call seconds) reads VIRTUAL: step intervals with a known answer
+        from types import SimpleNamespace
+
+        plugin.time = SimpleNamespace(perf_counter=lambda: VIRTUAL["t"])
     model_dir = tempfile.mkdtemp(prefix="tiny-qwen3-")
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(TINY, f)
@@ -224,6 +239,10 @@ def main() -> int:
 
     def make_hook(name, kv):
         def hook(*, num_reqs, query_lens, seq_lens):
+            if hook_state["phase"] == "warmup":  # the arm itself, outside the plugin's wrapper: nothing counted
+                rt = plugin._installed["runtime"]
+                return rt.impls[plugin.installed_variant()](kv, num_reqs=num_reqs, query_lens=query_lens,
+                                                            seq_lens=seq_lens)
             ql = query_lens.tolist()
             sl = seq_lens.tolist()
             if hook_state["phase"] == "forward" and sl and sl[0] == 3 and ql[0] == 1:  # first decode of a step
@@ -315,9 +334,16 @@ def main() -> int:
         return {"codes": codes.tolist(), "logits_sha256": hashlib.sha256(lg.numpy().tobytes()).hexdigest(),
                 "logits_head": [round(float(x), 6) for x in lg[:4]]}
 
+    # torch builds its CPU kernels for each new shape on first use (a second or more on a busy box): warm them
+    # outside the plugin, so that the timed steps below are steps, not kernel builds
+    hook_state["phase"] = "warmup"
+    for b in sorted(set(STEP_BATCHES)):
+        talker_step(step_inputs[STEP_BATCHES.index(b)])
     steps = []
     hook_state["phase"] = "forward"
+    virtual_starts = []
     for k, inputs in enumerate(step_inputs):
+        VIRTUAL["t"] += virtual_gap(k)
         for ev in script:
             if ev["before_step"] == k:
                 if ev.get("mid_step"):
@@ -325,11 +351,14 @@ def main() -> int:
                 else:
                     _control_action(ev)
         hook_state["step"] = k
+        virtual_starts.append(VIRTUAL["t"])
         steps.append({"step": k, "batch": int(inputs[0].shape[0]), **talker_step(inputs)})
     forward_calls = {v: _sample("calls", v) - before_steps[v] for v in VARIANTS}
     # determinism and the negative control: step 0 again gives step 0's outputs; with the positions the layout
     # returned shifted by one (a layout bug), the same step gives other logits
     hook_state["phase"], hook_state["step"] = "replay", len(step_inputs)
+    VIRTUAL["t"] += virtual_gap(hook_state["step"])
+    virtual_starts.append(VIRTUAL["t"])
     replay = talker_step(step_inputs[0])
     current = plugin.installed_variant()
     rt = plugin._installed["runtime"]
@@ -341,6 +370,8 @@ def main() -> int:
 
     rt.impls[current] = off_by_one
     hook_state["step"] += 1
+    VIRTUAL["t"] += virtual_gap(hook_state["step"])
+    virtual_starts.append(VIRTUAL["t"])
     corrupted = talker_step(step_inputs[0])
     rt.impls[current] = good
 
@@ -360,6 +391,8 @@ def main() -> int:
         "steps": steps,
         "forward_calls": forward_calls,
         "replay": replay,
+        "virtual_clock": virtual,
+        "virtual_starts": virtual_starts,
         "corrupted": corrupted,
         "metrics": {v: {k: _sample(k, v) for k in (
             "calls", "tokens", "requests", "syncs", "observed_calls", "observed_tokens", "seconds_count",
