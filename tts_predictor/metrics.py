@@ -20,10 +20,14 @@ OBSERVED_TOKENS = "tts_predictor_sync_observed_tokens_total"
 TOKENS = "tts_predictor_tokens_total"
 REQUESTS = "tts_predictor_batch_requests_total"
 INFO = "tts_predictor_info"
+ATTENTION_INFO = "tts_predictor_attention_info"
 
 # --- the real server's step clock (plugin; the quantity the simulator models) ---------------------------------
 STEP_INTERVAL = "tts_predictor_step_interval_seconds"
 STEP_BATCH = "tts_predictor_step_batch_size"
+# A gap this long between two steps means the talker had nothing to run (no step is that long at the batch sizes we
+# sweep: the simulator's c=256 step is ~0.4 s): it starts a new busy period instead of being counted as a step.
+STEP_IDLE_S = 1.0
 
 # --- hot swap control channel (plugin and simulator; tts_predictor.control) ------------------------------------
 SWITCHES = "tts_predictor_variant_switches_total"
@@ -64,15 +68,21 @@ HELP = {
     TOKENS: "Query tokens laid out by build_attn_metadata (T summed over calls).",
     REQUESTS: "Requests in the batch, summed over build_attn_metadata calls (mean batch = this / calls).",
     INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
-    STEP_INTERVAL: "Time between the first build_attn_metadata calls of consecutive talker steps in one process, "
-    "seconds (the real server's step clock; a gap longer than an idle threshold starts a new busy period).",
-    STEP_BATCH: "Requests in a talker step (from the step's first build_attn_metadata call).",
-    SWITCHES: "Variant switches applied through the control file, by the variant switched to.",
-    ACTIVE_VARIANT: "1 for the variant this process runs now, 0 for the others.",
-    CONTROL_EPOCH: "Epoch of the control file last applied (the runner's confirmation that a switch took effect).",
-    OBSERVE_ENABLED: "1 while the sync observer samples calls, 0 while it is switched off (timing windows).",
-    CONTROL_ERRORS: "Control file changes refused (unknown variant, broken JSON, ...), by reason; the server kept "
-    "its current settings.",
+    ATTENTION_INFO: "1 for each attention backend / metadata builder class that the code predictor's local KV cache "
+    "hands its metadata to (the builder's own host reads count in the sync signature: docs/control.md).",
+    STEP_INTERVAL: "Time between the first build_attn_metadata calls (the prefill) of consecutive talker steps, "
+    f"seconds, labelled by the variant of the earlier step (the step it measures); a gap of {STEP_IDLE_S:g} s or "
+    "more follows idle time and is not counted.",
+    STEP_BATCH: "Requests in a talker step (num_reqs of the step's prefill call), by the variant that ran the step.",
+    SWITCHES: "Variant switches applied through the control file (at a step boundary), by the variant switched to.",
+    ACTIVE_VARIANT: "1 for the variant the predictor runs now, 0 for the others (control file; multiprocess: the "
+    "minimum over live processes, so 1 means every predictor process runs it).",
+    CONTROL_EPOCH: "'epoch' of the control setting in effect (0 when the file has none; multiprocess: minimum over "
+    "live processes): the runner's confirmation that its change took effect.",
+    OBSERVE_ENABLED: "1 while the sync observer samples calls, 0 while the control file switched it off (timing "
+    "windows; multiprocess: minimum over live processes).",
+    CONTROL_ERRORS: "Control file changes refused (unknown variant, broken JSON, missing file, ...), by reason; the "
+    "server kept its current setting.",
     STEPS: "Talker steps executed by the engine (one codec frame for every running request).",
     STEP_SECONDS: "Wall time of one engine step, seconds (simulated model time + real variant time), from the previous "
     "step's end (its start after idle) to its end: the cadence clients see.",
@@ -104,6 +114,15 @@ SECONDS_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1
 STEP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 TTFA_BUCKETS = STEP_BUCKETS + (5.0, 10.0)  # time to first audio: a step's scale up to a long queue wait
+# The step clock (STEP_INTERVAL): talker steps take ~5-200 ms (vllm-omni #4855: ~100 ms at c=64), so the buckets are
+# dense there, up to the idle threshold STEP_IDLE_S.
+STEP_INTERVAL_BUCKETS = (0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.06, 0.07,
+                         0.08, 0.09, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, STEP_IDLE_S)
+# prometheus_client multiprocess mode (docs/metrics-transport.md): a gauge's value across the processes' files.
+# "livemin": the minimum over live processes, so ACTIVE_VARIANT reads 1 and CONTROL_EPOCH reads N only once EVERY
+# process that runs the predictor applied it (one talker worker per server here; tensor-parallel workers would each
+# have their own); gauges are created only in processes that run the predictor, so idle processes do not pin it.
+CONTROL_GAUGE_MODE = "livemin"
 
 
 @dataclass(frozen=True)
@@ -137,6 +156,56 @@ def make_predictor_metrics(registry=None) -> PredictorMetrics:
         requests=counter(REQUESTS),
         info=Info(INFO.removesuffix("_info"), HELP[INFO], registry=reg),
     )
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    interval: object
+    batch: object
+
+
+def make_step_metrics(registry=None) -> StepMetrics:
+    """The step clock, the same quantity in the plugin and the simulator (tts_predictor.step_clock)."""
+    from prometheus_client import REGISTRY, Histogram
+
+    reg = REGISTRY if registry is None else registry
+    return StepMetrics(
+        interval=Histogram(STEP_INTERVAL, HELP[STEP_INTERVAL], ["variant"], buckets=STEP_INTERVAL_BUCKETS,
+                           registry=reg),
+        batch=Histogram(STEP_BATCH, HELP[STEP_BATCH], ["variant"], buckets=BATCH_BUCKETS, registry=reg),
+    )
+
+
+@dataclass(frozen=True)
+class ControlMetrics:
+    switches: object
+    active: object
+    epoch: object
+    observe: object
+    errors: object
+
+
+def make_control_metrics(registry=None) -> ControlMetrics:
+    """Metrics of the control channel (tts_predictor.control.ControlChannel)."""
+    from prometheus_client import REGISTRY, Counter, Gauge
+
+    reg = REGISTRY if registry is None else registry
+    mode = CONTROL_GAUGE_MODE
+    return ControlMetrics(
+        switches=Counter(SWITCHES.removesuffix("_total"), HELP[SWITCHES], ["variant"], registry=reg),
+        active=Gauge(ACTIVE_VARIANT, HELP[ACTIVE_VARIANT], ["variant"], multiprocess_mode=mode, registry=reg),
+        epoch=Gauge(CONTROL_EPOCH, HELP[CONTROL_EPOCH], multiprocess_mode=mode, registry=reg),
+        observe=Gauge(OBSERVE_ENABLED, HELP[OBSERVE_ENABLED], multiprocess_mode=mode, registry=reg),
+        errors=Counter(CONTROL_ERRORS.removesuffix("_total"), HELP[CONTROL_ERRORS], ["reason"], registry=reg),
+    )
+
+
+def make_attention_info(registry=None):
+    """Gauge naming the attention backend/builder classes (a Gauge, not an Info: Info is not multiprocess-safe)."""
+    from prometheus_client import REGISTRY, Gauge
+
+    reg = REGISTRY if registry is None else registry
+    return Gauge(ATTENTION_INFO, HELP[ATTENTION_INFO], ["backend", "builder"], multiprocess_mode="max", registry=reg)
 
 
 def syncs_per_call(variant: str, num_tokens: int) -> int:

@@ -81,9 +81,11 @@ def decode_data_uri(uri: str, max_seconds: float) -> tuple[int, int]:
 
     Returns (frames, sample_rate). Raises ValueError with a client-facing reason.
     """
-    payload = uri.split(",", 1)[1] if "," in uri else uri[len("data:"):]
+    # as vllm-omni 0.16.0: everything after the first comma (the whole URI when there is none; the media type is not
+    # looked at), decoded leniently (characters outside the base64 alphabet, line breaks included, are skipped)
+    payload = uri.split(",", 1)[1] if "," in uri else uri
     try:
-        raw = base64.b64decode(payload, validate=True)
+        raw = base64.b64decode(payload)
     except (ValueError, TypeError) as e:
         raise ValueError(f"ref_audio is not valid base64: {e}") from None
     try:

@@ -28,7 +28,9 @@ import numpy as np
 import torch
 
 from tts_predictor import metrics as M
+from tts_predictor.control import ControlChannel
 from tts_predictor.metrics import syncs_per_call
+from tts_predictor.step_clock import StepClock
 from tts_predictor.sync_observer import SyncObserver
 from tts_predictor.variants import VARIANTS
 
@@ -80,11 +82,8 @@ class EngineMetrics:
             return Counter(name.removesuffix("_total"), M.HELP[name], list(labels), registry=registry)
 
         self.predictor = M.make_predictor_metrics(registry)
-        p = self.predictor
-        self.calls, self.seconds = p.calls.labels(variant), p.seconds.labels(variant)
-        self.syncs, self.observed_calls = p.syncs.labels(variant), p.observed_calls.labels(variant)
-        self.observed_tokens, self.tokens = p.observed_tokens.labels(variant), p.tokens.labels(variant)
-        self.batch_requests = p.requests.labels(variant)
+        self.use_variant(variant)
+        self.step_clock = M.make_step_metrics(registry)  # the plugin's step clock, same definition (StepClock)
         self.steps = c(M.STEPS)
         self.step_seconds = Histogram(M.STEP_SECONDS, M.HELP[M.STEP_SECONDS], buckets=M.STEP_BUCKETS, registry=registry)
         self.batch = Histogram(M.BATCH_SIZE, M.HELP[M.BATCH_SIZE], buckets=M.BATCH_BUCKETS, registry=registry)
@@ -105,15 +104,27 @@ class EngineMetrics:
         self.faults = c(M.SIM_FAULTS, ["kind"])
         self.http = c(M.SIM_HTTP_REQUESTS, ["handler", "status"])
 
+    def use_variant(self, variant: str) -> None:
+        """Count the predictor calls from now on under `variant` (a control-file switch at a step boundary)."""
+        p = self.predictor
+        self.calls, self.seconds = p.calls.labels(variant), p.seconds.labels(variant)
+        self.syncs, self.observed_calls = p.syncs.labels(variant), p.observed_calls.labels(variant)
+        self.observed_tokens, self.tokens = p.observed_tokens.labels(variant), p.tokens.labels(variant)
+        self.batch_requests = p.requests.labels(variant)
+
 
 class Engine:
     """Continuous-batching step loop around one predictor variant."""
 
-    def __init__(self, cfg: SimConfig, variant: str, device: str, registry):
+    def __init__(self, cfg: SimConfig, variant: str, device: str, registry, control: ControlChannel | None = None):
+        if control is not None:  # the control file decides, from the first step (docs/control.md)
+            variant = control.setting.variant
         if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; choose from {sorted(VARIANTS)}")
         self.cfg, self.variant = cfg, variant
         self.fn = VARIANTS[variant]
+        self.control = control
+        self.observe = True if control is None else control.setting.observe
         self.observer = SyncObserver(device)
         self.device = self.observer.device  # identity matters for the logical observer on CPU
         self.device_type = self.device.type
@@ -126,6 +137,10 @@ class Engine:
         self.voice = Voice(cfg.audio)
         self.registry = registry
         self.metrics = EngineMetrics(registry, variant)
+        self.clock = StepClock(self.metrics.step_clock)  # fed at each step's end with its first call's time
+        self._step_t0 = 0.0
+        if control is not None:
+            control.attach_metrics(M.make_control_metrics(registry))
         self.waiting: deque[SpeechRequest] = deque()
         self.running: list[SpeechRequest] = []
         self.step_index = 0
@@ -206,6 +221,7 @@ class Engine:
             if batch == 0:
                 deadline = prev_end = None
                 continue
+            self._step_boundary()
             variant_s, syncs, call_s = self._predictor_calls(batch)
             m = self.cfg.model
             rest = sim_model.modelled_rest_s(m, batch, admitted)
@@ -221,6 +237,7 @@ class Engine:
             end = loop.time()
             # every counter of a step moves here, between two yields: a scrape never sees a step's calls without it
             self._count_calls(batch, call_s)
+            self.clock.step_start(self._step_t0, batch, self.variant)
             mt.steps.inc()
             # from the previous step's end, so the bookkeeping between steps (counters, chunks) is in the step time
             mt.step_seconds.observe(end - (now if prev_end is None else prev_end))
@@ -232,6 +249,17 @@ class Engine:
             mt.prefills.inc(admitted)
             self._produce(loop, deadline)
             self.step_index += 1
+
+    def _step_boundary(self) -> None:
+        """Take up a control-file change before the step's first call: the whole step runs one variant."""
+        if self.control is None or not self.control.at_step_boundary():
+            return
+        setting = self.control.setting
+        self.observe = setting.observe
+        if setting.variant != self.variant:
+            self.variant, self.fn = setting.variant, VARIANTS[setting.variant]
+            self.metrics.use_variant(setting.variant)
+            self._mismatch_logged = False
 
     def _admit(self, start: float) -> int:
         self.running = [r for r in self.running if not r.aborted]
@@ -265,6 +293,7 @@ class Engine:
         """The 15 real calls; returns (host seconds, syncs by the closed form, seconds of each call)."""
         bs, kill = self.cfg.model.block_size, self.cfg.faults.kill_after_steps
         syncs, call_s = 0, []
+        self._step_t0 = time.perf_counter()  # the step clock's step start: its first predictor call
         for i, (ql, sl) in enumerate(self._call_inputs(batch)):
             if kill is not None and self.step_index >= kill and i == KILL_AFTER_CALL:
                 _kill_self(self.step_index, i)
@@ -288,7 +317,7 @@ class Engine:
         The sample is a shadow call outside the step's measured work, so its timing is free: when a chunk delivery
         falls due while it would hold the loop, it moves to the next step (counted) instead of delaying the audio."""
         every = self.cfg.server.sync_sample_every_steps
-        if self.step_index % every and not self._sample_pending:
+        if not self.observe or (self.step_index % every and not self._sample_pending):
             return
         now = loop.time()
         while self._due and self._due[0] <= now:

@@ -1,8 +1,12 @@
 """HTTP API of the simulator, shaped like vllm-omni 0.16.0's OpenAI speech server (learned from its serving_speech.py
 and protocol/audio.py; no code taken). Errors use vLLM's JSON shape {"error": {message, type, param, code}}.
 
-Differences from the real server are deliberate and small: strict JSON types (pydantic would coerce "5" to 5), a
-bounded body (413), a bounded decoded ref_audio, a bounded waiting queue (503), `speed` by resampling.
+`make test-engine` sends the same bodies through vllm-omni 0.16.0's own route and through this server and checks the
+same accept/reject (tests/engine/test_parity.py). Differences are deliberate and listed in docs/api-parity.md: the
+simulator is stricter on JSON types (pydantic would coerce "5" to 5), input length, ref_audio length and emptiness,
+and two SSRF address ranges; it answers a refusal with the HTTP status vllm-omni puts in its error body (vllm-omni
+0.16.0 sends some of those with HTTP 200); a bounded body (413), a bounded waiting queue (503), `speed` by
+resampling.
 """
 
 from __future__ import annotations
@@ -37,23 +41,25 @@ BLOCKED_NETWORKS = tuple(
     for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "0.0.0.0/8",
               "::1/128", "fc00::/7", "fe80::/10", "::/128")
 )
-# field -> (accepted python types, optional)
+# field -> (accepted python types, may be absent, may be null): vllm-omni's OpenAICreateSpeechRequest, where a field
+# with a non-None default and no `| None` (response_format, stream) may be left out but not sent as null
 FIELDS = {
-    "input": ((str,), False),
-    "model": ((str,), True),
-    "voice": ((str,), True),
-    "instructions": ((str,), True),
-    "response_format": ((str,), True),
-    "speed": ((int, float), True),
-    "stream_format": ((str,), True),
-    "stream": ((bool,), True),
-    "task_type": ((str,), True),
-    "language": ((str,), True),
-    "ref_audio": ((str,), True),
-    "ref_text": ((str,), True),
-    "x_vector_only_mode": ((bool,), True),
-    "max_new_tokens": ((int,), True),
+    "input": ((str,), False, False),
+    "model": ((str,), True, True),
+    "voice": ((str,), True, True),
+    "instructions": ((str,), True, True),
+    "response_format": ((str,), True, False),
+    "speed": ((int, float), True, True),
+    "stream_format": ((str,), True, True),
+    "stream": ((bool,), True, False),
+    "task_type": ((str,), True, True),
+    "language": ((str,), True, True),
+    "ref_audio": ((str,), True, True),
+    "ref_text": ((str,), True, True),
+    "x_vector_only_mode": ((bool,), True, True),
+    "max_new_tokens": ((int,), True, True),
 }
+JSON_MEDIA_TYPE = "application/json"  # vLLM's validate_json_request: the media type exactly, any case, any parameters
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 FAULTS_KEY = web.AppKey("faults", Faults)
@@ -73,16 +79,26 @@ def error_response(message: str, status: int = 400, err_type: str = "BadRequestE
     return web.json_response(body, status=status)
 
 
-def validate_body(body, model_name: str, audio_cfg) -> dict:
-    """Type and value checks in the order vllm-omni applies them (protocol model, model check, TTS checks)."""
+def is_json_content_type(value: str) -> bool:
+    return value.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+
+
+def validate_body(body, model_name: str, audio_cfg, voices=()) -> dict:
+    """Type and value checks in the order vllm-omni applies them (protocol model, model check, TTS checks).
+
+    `voices`: the CustomVoice speakers the server knows (none: any voice passes, as on a model without speakers)."""
     if not isinstance(body, dict):
         raise ApiError("request body must be a JSON object")
-    for name, (types, optional) in FIELDS.items():
-        if name not in body or (optional and body[name] is None):
-            if not optional:
+    for name, (types, may_be_absent, nullable) in FIELDS.items():
+        if name not in body:
+            if not may_be_absent:
                 raise ApiError(f"Field required: '{name}'", param=name)
             continue
         value = body[name]
+        if value is None:
+            if not nullable:
+                raise ApiError(f"'{name}' must not be null", param=name)
+            continue
         if isinstance(value, bool) and bool not in types:
             raise ApiError(f"'{name}' must be {types[0].__name__}, got bool", param=name)
         if not isinstance(value, types):
@@ -108,7 +124,7 @@ def validate_body(body, model_name: str, audio_cfg) -> dict:
         if speed != 1.0:
             raise ApiError("Speed adjustment is not supported when streaming (stream=true). Set speed=1.0 or omit it.",
                            param="speed")
-    if req["model"] is not None and req["model"] != model_name:
+    if req["model"] and req["model"] != model_name:  # an empty name means the served model, as in vLLM
         raise ApiError(f"The model `{req['model']}` does not exist.", status=404, err_type="NotFoundError",
                        param="model")
     text = req["input"]
@@ -120,6 +136,10 @@ def validate_body(body, model_name: str, audio_cfg) -> dict:
         raise ApiError(f"Invalid language '{req['language']}'. Supported: {', '.join(sorted(LANGUAGES))}",
                        param="language")
     task = req["task_type"] or "CustomVoice"
+    if task == "CustomVoice" and req["voice"] is not None and voices:
+        known = sorted({v.lower() for v in voices})
+        if req["voice"].lower() not in known:
+            raise ApiError(f"Invalid speaker '{req['voice'].lower()}'. Supported: {', '.join(known)}", param="voice")
     if task == "Base":
         if req["ref_audio"] is None:
             raise ApiError("Base task requires 'ref_audio' for voice cloning", param="ref_audio")
@@ -139,6 +159,9 @@ def validate_body(body, model_name: str, audio_cfg) -> dict:
         raise ApiError("max_new_tokens must be at least 1" if mnt < 1 else "max_new_tokens cannot exceed 4096",
                        param="max_new_tokens")
     req["max_new_tokens"] = audio_cfg.default_max_new_tokens if mnt is None else mnt
+    if "stream_format" in body and body["stream_format"] is None and not req["stream"]:
+        # vllm-omni accepts the null, generates, then its encoder refuses it: refused here before any work
+        raise ApiError("Unsupported stream format: None", param="stream_format")
     return req
 
 
@@ -195,9 +218,8 @@ async def speech(request: web.Request) -> web.StreamResponse:
     t_arrival = asyncio.get_running_loop().time()
     engine, faults = request.app[ENGINE_KEY], request.app[FAULTS_KEY]
     cfg = engine.cfg
-    ctype = request.headers.get("Content-Type", "")
-    if not ctype.startswith("application/json"):
-        return error_response("Unsupported Media Type: Only 'application/json' is allowed", 415)
+    if not is_json_content_type(request.headers.get("Content-Type", "")):  # vLLM answers this with 400
+        return error_response("Unsupported Media Type: Only 'application/json' is allowed", 400)
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -207,7 +229,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     except ValueError as e:
         return error_response(f"request body is not valid JSON: {e}")
     try:
-        req = validate_body(body, cfg.model.name, cfg.audio)
+        req = validate_body(body, cfg.model.name, cfg.audio, cfg.server.voices)
         if req["ref_audio"] is not None:
             await resolve_ref_audio(req["ref_audio"], cfg.server, cfg.audio)
     except ApiError as e:

@@ -32,6 +32,7 @@ fi
 t1=$(date +%s)
 # our package as the server gets it, plus the test-only CPU platform plugin (see tests/engine/cpu_platform)
 "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall . tests/engine/cpu_platform
+"$venv/bin/python" -m pip install -q --no-deps -r tests/engine/requirements-sim.txt  # no-op once present
 rm -rf build
 t2=$(date +%s)
 set +e
