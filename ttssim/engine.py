@@ -5,8 +5,10 @@ times on real tensors (the 0.16.0 block table, `device=observer.device`), measur
 the step's modelled end (ttssim.model). Steps run on a deadline clock: a step that wakes a little late starts the
 next one from its logical deadline, so sleep granularity does not accumulate into the mean step time; a step later
 than `CATCH_UP_S` resets the clock and is counted as late. Frames are produced at the end of a step (its logical
-deadline); every `chunk_frames` frames (and at the end) a PCM chunk reaches the request `code2wav_chunk_ms` after that
-deadline. Three things keep deliveries on the model's time while the loop also runs real work: they are scheduled at
+deadline); after `initial_chunk_frames`, then every `chunk_frames` frames (and at the end) a PCM chunk reaches the request
+ttssim.model.code2wav_delay_s after that deadline. The step clock (tts_predictor_step_interval_seconds /
+tts_predictor_step_batch_size) is the one the vLLM plugin exports: start of one step's first predictor call to the
+next, while the engine stays busy. Three things keep deliveries on the model's time while the loop also runs real work: they are scheduled at
 the absolute deadline + code2wav (not relative to a late wake-up or to the PCM synthesis), every step first yields
 once so that handlers woken by a delivery write before the variant calls hold the loop, and the sampled sync-observer
 call is put off by a step when a delivery falls due inside it.
@@ -102,6 +104,10 @@ class EngineMetrics:
         self.ttfa_served = Histogram(M.SIM_TTFA_SERVED, M.HELP[M.SIM_TTFA_SERVED], buckets=M.TTFA_BUCKETS,
                                      registry=registry)
         self.deferred = c(M.SIM_DEFERRED_SAMPLES)
+        # the real server's step clock, same names and meaning as the plugin's (tts_predictor.metrics)
+        self.step_interval = Histogram(M.STEP_INTERVAL, M.HELP[M.STEP_INTERVAL], ["variant"], buckets=M.STEP_BUCKETS,
+                                       registry=registry).labels(variant)
+        self.step_batch = Histogram(M.STEP_BATCH, M.HELP[M.STEP_BATCH], buckets=M.BATCH_BUCKETS, registry=registry)
         self.faults = c(M.SIM_FAULTS, ["kind"])
         self.http = c(M.SIM_HTTP_REQUESTS, ["handler", "status"])
 
@@ -185,11 +191,12 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         prev_end: float | None = None  # end of the previous step while busy: step time = end-to-end cadence
+        prev_first_call: float | None = None  # the step clock: first predictor call of the previous busy step
         mt = self.metrics
         while True:
             if not self.running and not self.waiting:
                 self._wake.clear()
-                deadline = prev_end = None
+                deadline = prev_end = prev_first_call = None
                 await self._wake.wait()
             now = loop.time()
             # let handlers woken by a chunk delivery (same loop iteration as this wake-up) write it first
@@ -204,8 +211,9 @@ class Engine:
             admitted = self._admit(start)
             batch = len(self.running)
             if batch == 0:
-                deadline = prev_end = None
+                deadline = prev_end = prev_first_call = None
                 continue
+            first_call = loop.time()
             variant_s, syncs, call_s = self._predictor_calls(batch)
             m = self.cfg.model
             rest = sim_model.modelled_rest_s(m, batch, admitted)
@@ -225,12 +233,16 @@ class Engine:
             # from the previous step's end, so the bookkeeping between steps (counters, chunks) is in the step time
             mt.step_seconds.observe(end - (now if prev_end is None else prev_end))
             prev_end = end
+            if prev_first_call is not None:
+                mt.step_interval.observe(first_call - prev_first_call)
+            prev_first_call = first_call
+            mt.step_batch.observe(batch)
             mt.batch.observe(batch)
             mt.modelled.inc(rest)
             mt.stall.inc(stall)
             mt.injected.inc(target - (rest + variant_s + stall))
             mt.prefills.inc(admitted)
-            self._produce(loop, deadline)
+            self._produce(loop, deadline, batch)
             self.step_index += 1
 
     def _admit(self, start: float) -> int:
@@ -322,9 +334,9 @@ class Engine:
         self._observer_cost_s = time.perf_counter() - t0
         mt.observer.inc(self._observer_cost_s)
 
-    def _produce(self, loop: asyncio.AbstractEventLoop, step_end: float) -> None:
+    def _produce(self, loop: asyncio.AbstractEventLoop, step_end: float, batch: int) -> None:
         """One frame for every running request; hand out chunks at step_end + code2wav; retire finished requests."""
-        chunk, delay = self.cfg.audio.chunk_frames, self.cfg.model.code2wav_chunk_ms * 1e-3
+        delay = sim_model.code2wav_delay_s(self.cfg.model, batch)
         at = step_end + delay
         still = []
         produced = 0
@@ -334,7 +346,7 @@ class Engine:
             r.frames_done += 1
             produced += 1
             done = r.frames_done >= r.total_frames
-            if done or r.frames_done % chunk == 0:
+            if sim_model.chunk_due(r.frames_done, r.frames_sent, r.total_frames, self.cfg.audio):
                 if r.frames_sent == 0:
                     self.metrics.ttfa_model.observe(r.model_s + delay)
                 pcm = self.voice.pcm(r.rows[r.frames_sent:r.frames_done])
