@@ -158,8 +158,10 @@ CI_PARAMS = ("base_ms", "per_request_ms", "code2wav_chunk_ms")
 SEED_PARAMS = ("base_ms", "frames")
 
 
-def fit_ci(cfg: SimConfig, x0: Sequence[float] = (8.0, 1.0, 60.0)) -> tuple[FitResult, list]:
-    pts = [p for p in public.CI_POINTS if p.fit]
+def fit_ci(cfg: SimConfig, x0: Sequence[float] = (8.0, 1.0, 60.0),
+           points: Sequence[public.Point] = public.CI_POINTS) -> tuple[FitResult, list]:
+    """The CI setup's step and code2wav parameters from its points (default: the public ones)."""
+    pts = [p for p in points if p.fit]
 
     def fun(x):
         c = with_params(cfg, CI_PARAMS, x)
