@@ -11,10 +11,11 @@ import pytest
 import requests
 import soundfile as sf
 
+from tts_predictor.domain import SAMPLES_PER_CODEC_FRAME
 from ttssim.bench import parse_metrics, ref_audio_uri
 from ttssim.testing import SimServer
 
-SPF = 2000  # samples per 12 Hz frame at 24 kHz
+SPF = SAMPLES_PER_CODEC_FRAME  # 1920 samples per 12.5 Hz codec frame at 24 kHz
 
 
 @pytest.fixture(scope="module")
