@@ -155,3 +155,85 @@ def test_stored_profiles_reproduce_their_fit():
         else:
             assert stored["values"][0] == pytest.approx(f["seed"].values[0], rel=1e-6)
         assert stored["fidelity"].startswith("SIMULATED -- model vs ")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    return {k: float(v) for k, _, v in (line.rpartition(" ") for line in text.splitlines() if line[:1] not in "#")}
+
+
+def start_sim(variant: str, config: str, sets: list[str], tmp: Path):
+    """`python -m ttssim` on a free port (reported through --port-file)."""
+    import time
+    from types import SimpleNamespace
+
+    port_file = tmp / "port"
+    cmd = [sys.executable, "-m", "ttssim", "--variant", variant, "--port", "0", "--config", str(REPO / config),
+           "--port-file", str(port_file), "--log-level", "WARNING"] + [x for s in sets for x in ("--set", s)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "simulator did not start"
+        time.sleep(0.05)
+    return SimpleNamespace(proc=proc, url=f"http://127.0.0.1:{int(port_file.read_text())}")
+
+
+@pytest.mark.slow
+def test_run_fit_recovers_known_parameters_from_the_real_simulator(tmp_path):
+    """The real simulator process (known step parameters, its step clock on /metrics) driven at three levels; the
+    run fit recovers the parameters. Tolerances leave room for the event loop's lateness on a busy machine."""
+    import asyncio
+
+    import aiohttp
+
+    truth = {"base_ms": 20.0, "per_request_ms": 2.0, "prefill_ms": 6.0}
+    sets = [f"model.{k}={v}" for k, v in truth.items()] + ["model.max_batch_size=16", "model.code2wav_chunk_ms=1"]
+    sim = start_sim("vectorized", "configs/sim/fast.yaml", sets, tmp_path)
+    counters, requests = [], []
+
+    async def level(step_i: int, c: int, n: int, chars: int) -> None:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(sim.url + "/metrics") as r:
+                start = parse_metrics(await r.text())
+            sem = asyncio.Semaphore(c)
+
+            async def one():
+                async with sem, s.post(sim.url + "/v1/audio/speech", json={"input": "x" * chars}) as r:
+                    await r.read()
+                    requests.append({"step": step_i, "concurrency": c, "phase": "measure", "variant": "vectorized"})
+
+            await asyncio.gather(*(one() for _ in range(n)))
+            async with s.get(sim.url + "/metrics") as r:
+                end = parse_metrics(await r.text())
+        for edge, samples in (("start", start), ("end", end)):
+            counters.append({"kind": "snapshot", "step": step_i, "concurrency": c, "edge": edge, "ok": True,
+                             "samples": samples})
+
+    try:
+        for i, (c, n, chars) in enumerate(((1, 3, 40), (4, 12, 30), (12, 36, 25))):
+            asyncio.run(level(i, c, n, chars))
+    finally:
+        sim.proc.terminate()
+        sim.proc.wait(10)
+    block = tmp_path / "blocks" / "000-r0-ab-A"
+    block.mkdir(parents=True)
+    (block / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in counters))
+    (block / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in requests))
+    res = fit.fit_windows(fit.read_windows(tmp_path))
+    got = dict(zip(res.names, res.values, strict=True))
+    assert got["base_ms"] == pytest.approx(truth["base_ms"], rel=0.15)
+    assert got["per_request_ms"] == pytest.approx(truth["per_request_ms"], rel=0.25)
+
+
+@pytest.mark.slow
+def test_fidelity_benchmark_quick_mode_writes_every_public_point(tmp_path):
+    out = tmp_path / "fidelity.md"
+    p = subprocess.run([sys.executable, "-m", "tools.fidelity", "--quick", "--out", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    md = out.read_text()
+    for point in public.ALL_POINTS:
+        if point.metric != "effect_e2e_pct":
+            assert f"| {point.level} |" in md or f"| {point.variant} |" in md
+    summary = json.loads(out.with_suffix(".json").read_text())["summary"]
+    assert summary["ci"].startswith("SIMULATED") and summary["seed"].startswith("SIMULATED")
+    assert "Fixed vs original, p50 E2E at c=8: public **-3.5 %**" in md
