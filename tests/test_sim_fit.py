@@ -220,6 +220,7 @@ def test_run_fit_recovers_known_parameters_from_the_real_simulator(tmp_path):
     (block / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in requests))
     res = fit.fit_windows(fit.read_windows(tmp_path))
     got = dict(zip(res.names, res.values, strict=True))
+    print("recovered from the real simulator:", got)
     assert got["base_ms"] == pytest.approx(truth["base_ms"], rel=0.15)
     assert got["per_request_ms"] == pytest.approx(truth["per_request_ms"], rel=0.25)
 
