@@ -5,13 +5,13 @@ times on real tensors (the 0.16.0 block table, `device=observer.device`), measur
 the step's modelled end (ttssim.model). Steps run on a deadline clock: a step that wakes a little late starts the
 next one from its logical deadline, so sleep granularity does not accumulate into the mean step time; a step later
 than `CATCH_UP_S` resets the clock and is counted as late. Frames are produced at the end of a step (its logical
-deadline); after `initial_chunk_frames`, then every `chunk_frames` frames (and at the end) a PCM chunk reaches the request
-ttssim.model.code2wav_delay_s after that deadline. The step clock (tts_predictor_step_interval_seconds /
-tts_predictor_step_batch_size) is the one the vLLM plugin exports: start of one step's first predictor call to the
-next, while the engine stays busy. Three things keep deliveries on the model's time while the loop also runs real work: they are scheduled at
-the absolute deadline + code2wav (not relative to a late wake-up or to the PCM synthesis), every step first yields
-once so that handlers woken by a delivery write before the variant calls hold the loop, and the sampled sync-observer
-call is put off by a step when a delivery falls due inside it.
+deadline); after `initial_chunk_frames`, then every `chunk_frames` frames (and at the end) a PCM chunk reaches the
+request ttssim.model.code2wav_delay_s after that deadline. Three things keep deliveries on the model's time while the
+loop also runs real work: they are scheduled at the absolute deadline + code2wav (not relative to a late wake-up or to
+the PCM synthesis), every step first yields once so that handlers woken by a delivery write before the variant calls
+hold the loop, and the sampled sync-observer call is put off by a step when a delivery falls due inside it.
+The step clock (tts_predictor_step_interval_seconds / tts_predictor_step_batch_size) is the one the vLLM plugin
+exports: one step's first predictor call to the next, while the engine stays busy.
 """
 
 from __future__ import annotations
