@@ -248,6 +248,21 @@ def fmt(v: float, metric: str) -> str:
     return f"{v:.3f}" if metric in ("rtf_p50", "req_tput") else f"{v:.1f}" if metric != "ttfp_p50" else f"{v:.0f}"
 
 
+# Stated tolerance of the simulator against a public number: 30 % for the CI (its own points drift 1-29 % between
+# June and July, and the fit weights them at 10 %), 10 % for the seed run (its runs spread 2-7 %).
+TOLERANCE = {"ci-1.7b": 30.0, "seed-0.6b-b8": 10.0}
+# Why a point is outside its tolerance, where the model cannot reach it (docs/simulator.md, "what it misses").
+NOTES = {
+    (8, "rtf_p50"): "c=8 is slower on the CI than a step linear in batch allows (~24 ms/step at 8 vs ~20 at 10)",
+    (8, "audio_tput"): "same as c=8 RTF",
+    (16, "ttfp_p50"): "queue behind the batch limit of 10; the JSON value is June's x 0.95",
+    (64, "ttfp_p50"): "FIFO behind 10 slots at the CI's own throughput gives ~8 s; public TTFP and throughput "
+                      "are not consistent with one FIFO queue",
+    (64, "step_ms"): "#4855 names neither model nor version; the CI profile's step at batch 64",
+    (1, "ttfp_p50"): "code2wav latency is a compromise between c=1 and c=8/16 TTFP",
+}
+
+
 UNITS = {"ttfp_p50": "p50 TTFP ms", "rtf_p50": "p50 RTF", "audio_tput": "audio-s/s", "req_tput": "req/s",
          "e2e_p50": "p50 E2E ms", "step_ms": "ms per talker step"}
 
@@ -274,8 +289,11 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
         "## vllm-omni CI: Qwen3-TTS 1.7B-Base on 2x H100 (profile `configs/sim/h100-1.7b-ci.yaml`, variant "
         "`vectorized`)",
         "",
-        "| c | metric | public | model | sim | resid (sim) | resid (model) | fitted | source | depends on |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"Tolerance: ±{TOLERANCE['ci-1.7b']:.0f} % (the CI's own points drift 1-29 % between June and July).",
+        "",
+        "| c | metric | public | model | sim | resid (sim) | resid (model) | in tolerance | fitted | source | "
+        "depends on | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     worst: dict[str, float] = {}
     for p, m in zip(public.CI_POINTS, f["ci_pred"], strict=True):
@@ -285,9 +303,14 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
             s = ci.get(p.level, {}).get(p.metric, float("nan"))
         if p.fit and not math.isnan(s):
             worst[p.metric] = max(worst.get(p.metric, 0.0), abs(100 * (s / p.value - 1)))
+        ok = not math.isnan(s) and abs(100 * (s / p.value - 1)) <= TOLERANCE[p.setup]
+        note = "" if ok else NOTES.get((p.level, p.metric), "")
+        if not p.fit:
+            note = (note + "; " if note else "") + "JSON baseline kept from June (0.95 x June average), not fitted"
         lines.append(f"| {p.level} | {UNITS[p.metric]} | {fmt(p.value, p.metric)} | {fmt(m, p.metric)} | "
-                     f"{fmt(s, p.metric)} | {pct(s, p.value)} | {pct(m, p.value)} | {'yes' if p.fit else 'no'} | "
-                     f"{p.source} | {public.METRIC_KNOBS[p.metric]} |")
+                     f"{fmt(s, p.metric)} | {pct(s, p.value)} | {pct(m, p.value)} | "
+                     f"{'—' if math.isnan(s) else 'yes' if ok else 'NO'} | {'yes' if p.fit else 'no'} | "
+                     f"{p.source} | {public.METRIC_KNOBS[p.metric]} | {note} |")
     lines += ["", "Step clock of the simulator in these runs (tts_predictor_step_interval_seconds / "
               "tts_predictor_step_batch_size, the metrics the vLLM plugin exports):", "",
               "| c | mean step ms | mean batch | steps | late steps | errors |", "|---|---|---|---|---|---|"]
@@ -297,8 +320,9 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
     # seed
     lines += ["", "## Seed E2E run: 0.6B-Base, vllm-omni 0.16.0, batch 8, c=8, 24 requests x 3 runs "
               "(profile `configs/sim/h100-0.6b-b8.yaml`)", "",
-              "| variant | metric | public | model | sim (runs) | sim mean | resid (sim) | resid (model) |",
-              "|---|---|---|---|---|---|---|---|"]
+              f"Tolerance: ±{TOLERANCE['seed-0.6b-b8']:.0f} % (the seed's runs spread 2-7 %).", "",
+              "| variant | metric | public | model | sim (runs) | sim mean | resid (sim) | resid (model) | in tolerance |",
+              "|---|---|---|---|---|---|---|---|---|"]
     seed_means = {}
     for p, m in zip(public.SEED_POINTS, f["seed_pred"], strict=True):
         if p.metric == "effect_e2e_pct":
@@ -309,7 +333,8 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
         worst[p.metric] = max(worst.get(p.metric, 0.0), abs(100 * (mean / p.value - 1)))
         lines.append(f"| {p.variant} | {UNITS[p.metric]} | {fmt(p.value, p.metric)} | {fmt(m, p.metric)} | "
                      f"{', '.join(fmt(x, p.metric) for x in runs)} | {fmt(mean, p.metric)} | {pct(mean, p.value)} | "
-                     f"{pct(m, p.value)} |")
+                     f"{pct(m, p.value)} | "
+                     f"{'yes' if abs(100 * (mean / p.value - 1)) <= TOLERANCE[p.setup] else 'NO'} |")
     eff_pub = public.SEED_POINTS[-1].value
     sim_eff = float("nan")
     if ("original", "e2e_p50") in seed_means and ("fixed", "e2e_p50") in seed_means:
