@@ -263,6 +263,7 @@ NOTES = {
 }
 
 
+SHORT = {"ttfp_p50": "p50 TTFP", "rtf_p50": "p50 RTF", "audio_tput": "audio throughput", "step_ms": "step time"}
 UNITS = {"ttfp_p50": "p50 TTFP ms", "rtf_p50": "p50 RTF", "audio_tput": "audio-s/s", "req_tput": "req/s",
          "e2e_p50": "p50 E2E ms", "step_ms": "ms per talker step"}
 
@@ -362,7 +363,7 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
         lines.append(f"| {c} | {e:+.1f} % | {lo2:+.1f} .. {hi2:+.1f} % |")
     summary = {
         "ci": "SIMULATED -- sim vs vllm-omni CI (1.7B-Base, H100, c=1-64): "
-              + ", ".join(f"{UNITS[k]} within ±{v:.0f} %" for k, v in worst.items()
+              + ", ".join(f"{SHORT[k]} within ±{v:.0f} %" for k, v in worst.items()
                           if k in ("audio_tput", "rtf_p50", "ttfp_p50", "step_ms")),
         "seed": f"SIMULATED -- sim vs seed run (0.6B-Base, 0.16.0, c=8): req/s within "
                 f"±{worst.get('req_tput', float('nan')):.0f} %, p50 E2E within ±{worst.get('e2e_p50', float('nan')):.0f} "
