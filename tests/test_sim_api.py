@@ -14,10 +14,10 @@ import soundfile as sf
 from loadtest.scraper import samples
 from tools.bench_sim import ref_audio_uri
 from tools.sim_server import SimServer
-from tts_predictor.domain import MODEL_NAME, SAMPLE_RATE_HZ
+from tts_predictor.domain import MODEL_NAME, SAMPLE_RATE_HZ, SAMPLES_PER_CODEC_FRAME
 
 pytestmark = pytest.mark.slow  # a simulator process answers every request
-SPF = 2000  # samples per frame of the simulator's audio config (fast.yaml: 12 frames per second at 24 kHz)
+SPF = SAMPLES_PER_CODEC_FRAME  # 1920 samples per 12.5 Hz codec frame at 24 kHz
 
 
 @pytest.fixture(scope="module")

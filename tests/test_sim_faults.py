@@ -16,6 +16,7 @@ import soundfile as sf
 
 from loadtest.scraper import samples
 from tools.sim_server import SimServer
+from tts_predictor.domain import SAMPLES_PER_CODEC_FRAME
 
 pytestmark = pytest.mark.slow  # each fault against a simulator process
 
@@ -73,8 +74,8 @@ def test_stream_cut_after_first_chunk():
     with SimServer("fixed", overrides=["faults.cut_stream_every=2"]) as s:
         whole = read_stream(s.url)
         cut = read_stream(s.url)
-        assert whole == (whole[0], 64 * 4000, None)
-        assert cut[2] is not None and 0 < cut[1] <= 100000  # only the first chunk (25 frames) arrived
+        assert whole == (whole[0], 64 * SAMPLES_PER_CODEC_FRAME * 2, None)
+        assert cut[2] is not None and 0 < cut[1] <= 25 * SAMPLES_PER_CODEC_FRAME * 2  # only the first chunk arrived
 
 
 def test_malformed_audio():

@@ -1,7 +1,7 @@
 """What the control channel and the step clock cost a server, next to the predictor calls they sit beside.
 
 `python -m tools.control_bench [--rounds 15] [--out reports/bench/control.md]` (main venv, CPU). Times, in
-interleaved rounds (medians over rounds, like tts_predictor.micro):
+interleaved rounds (medians over rounds, like tools.micro):
 
 - ControlFile.poll() when nothing changed (one os.stat) and when the file changed (stat + read + JSON + checks);
 - ControlChannel.at_step_boundary() (the poll the plugin and the simulator make once per talker step);

@@ -84,10 +84,16 @@ async def serve(args, cfg, control=None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # like vllm serve, the port is bound only once the model is "loaded": the modelled start-up (model.startup_s)
+    # plus the slow-readiness fault's extra delay
+    if cfg.model.startup_s:
+        print(f"ttssim: modelled start-up, binding the port in {cfg.model.startup_s:g} s", flush=True)
     if cfg.faults.slow_readiness_s:
-        print(f"ttssim FAULT: slow readiness, binding the port in {cfg.faults.slow_readiness_s:g} s", flush=True)
+        print(f"ttssim FAULT: slow readiness, binding the port {cfg.faults.slow_readiness_s:g} s later", flush=True)
+    wait_s = cfg.model.startup_s + cfg.faults.slow_readiness_s
+    if wait_s:
         try:
-            await asyncio.wait_for(stop.wait(), cfg.faults.slow_readiness_s)
+            await asyncio.wait_for(stop.wait(), wait_s)
             return
         except asyncio.TimeoutError:
             pass

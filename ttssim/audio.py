@@ -1,7 +1,7 @@
 """Deterministic simulated speech: length from the text, samples from the text, never from the variant or timing.
 
-Each 12 Hz codec frame is 2000 samples of a tone whose pitch is a multiple of 12 Hz (so every frame holds whole
-periods and frames join without clicks), chosen from the text. Chunks are slices of a small precomputed table, so a
+Each 12.5 Hz codec frame is 1920 samples (tts_predictor.domain) of a tone whose pitch is a multiple of 12.5 Hz (so
+every frame holds whole periods and frames join without clicks), chosen from the text. Chunks are slices of a small precomputed table, so a
 chunk costs a copy, not a synthesis; the same request yields the same bytes under every variant.
 """
 
@@ -31,7 +31,7 @@ class Voice:
         ramp = np.minimum(1.0, np.minimum(np.arange(spf), np.arange(spf)[::-1]) / 48.0)  # 2 ms fade, no clicks
         rows = []
         for i in range(_TABLE_SIZE):
-            f0 = cfg.frame_rate_hz * (8 + 2 * i)  # 96 Hz .. 1608 Hz, whole periods per frame
+            f0 = cfg.frame_rate_hz * (8 + 2 * i)  # 100 Hz .. 1675 Hz, whole periods per frame
             wave = np.sin(2 * np.pi * f0 * t) + 0.4 * np.sin(2 * np.pi * 2 * f0 * t)
             rows.append(np.round(_AMPLITUDE * 32767 / 1.4 * wave * ramp).astype("<i2"))
         self.table = np.stack(rows)

@@ -5,11 +5,13 @@ times on real tensors (the 0.16.0 block table, `device=observer.device`), measur
 the step's modelled end (ttssim.model). Steps run on a deadline clock: a step that wakes a little late starts the
 next one from its logical deadline, so sleep granularity does not accumulate into the mean step time; a step later
 than `CATCH_UP_S` resets the clock and is counted as late. Frames are produced at the end of a step (its logical
-deadline); every `chunk_frames` frames (and at the end) a PCM chunk reaches the request `code2wav_chunk_ms` after that
-deadline. Three things keep deliveries on the model's time while the loop also runs real work: they are scheduled at
-the absolute deadline + code2wav (not relative to a late wake-up or to the PCM synthesis), every step first yields
-once so that handlers woken by a delivery write before the variant calls hold the loop, and the sampled sync-observer
-call is put off by a step when a delivery falls due inside it.
+deadline); after `initial_chunk_frames`, then every `chunk_frames` frames (and at the end) a PCM chunk reaches the
+request ttssim.model.code2wav_delay_s after that deadline. Three things keep deliveries on the model's time while the
+loop also runs real work: they are scheduled at the absolute deadline + code2wav (not relative to a late wake-up or to
+the PCM synthesis), every step first yields once so that handlers woken by a delivery write before the variant calls
+hold the loop, and the sampled sync-observer call is put off by a step when a delivery falls due inside it.
+The step clock (tts_predictor_step_interval_seconds / tts_predictor_step_batch_size) is the one the vLLM plugin
+exports: one step's first predictor call to the next, while the engine stays busy.
 """
 
 from __future__ import annotations
@@ -247,7 +249,7 @@ class Engine:
             mt.stall.inc(stall)
             mt.injected.inc(target - (rest + variant_s + stall))
             mt.prefills.inc(admitted)
-            self._produce(loop, deadline)
+            self._produce(loop, deadline, batch)
             self.step_index += 1
 
     def _step_boundary(self) -> None:
@@ -351,9 +353,9 @@ class Engine:
         self._observer_cost_s = time.perf_counter() - t0
         mt.observer.inc(self._observer_cost_s)
 
-    def _produce(self, loop: asyncio.AbstractEventLoop, step_end: float) -> None:
+    def _produce(self, loop: asyncio.AbstractEventLoop, step_end: float, batch: int) -> None:
         """One frame for every running request; hand out chunks at step_end + code2wav; retire finished requests."""
-        chunk, delay = self.cfg.audio.chunk_frames, self.cfg.model.code2wav_chunk_ms * 1e-3
+        delay = sim_model.code2wav_delay_s(self.cfg.model, batch)
         at = step_end + delay
         still = []
         produced = 0
@@ -363,7 +365,7 @@ class Engine:
             r.frames_done += 1
             produced += 1
             done = r.frames_done >= r.total_frames
-            if done or r.frames_done % chunk == 0:
+            if sim_model.chunk_due(r.frames_done, r.frames_sent, r.total_frames, self.cfg.audio):
                 if r.frames_sent == 0:
                     self.metrics.ttfa_model.observe(r.model_s + delay)
                 pcm = self.voice.pcm(r.rows[r.frames_sent:r.frames_done])

@@ -1,19 +1,31 @@
-"""The step-time model in one place, as pure functions: the engine sleeps by it and the benchmark predicts with it.
+"""The step-time model in one place, as pure functions: the engine sleeps by it, the virtual engine
+(ttssim.virtual) replays it without a clock, the fit (ttssim.fit) adjusts its parameters, the benchmarks predict
+with it.
 
-Keeping both on the same formula is what makes "measured step time vs model" a test of the engine's clock (sleep
-accuracy, event-loop interference), not of two diverging copies of the arithmetic.
+Keeping every user on the same formulas is what makes "measured vs model" a test of the engine's clock (sleep
+accuracy, event-loop interference) and "model vs public number" a test of the model, not of diverging copies.
 """
 
 from __future__ import annotations
 
+import bisect
+
+from tts_predictor import domain
 from tts_predictor.metrics import expected_syncs
 
-from .config import ModelConfig
+from .config import AudioConfig, ModelConfig
+
+# Seed H100 function benchmark of build_attn_metadata (vllm-omni PR #1614 discussion): µs per call, 50-iteration
+# median, by requests in the batch. What one call costs on a GPU host, stalls included (docs/simulator.md).
+H100_CALL_US = {
+    "original": ((1, 41.6), (4, 116.6), (8, 253.3), (32, 879.2), (128, 3759.6)),
+    "fixed": ((1, 42.2), (4, 69.6), (8, 111.1), (32, 329.5), (128, 1239.1)),
+}
 
 
 def call_shapes(max_seq_len: int = 16) -> list[tuple[int, int]]:
     """(query_len, seq_len) of the 15 predictor calls of one talker step: prefill 2/2, then decodes 1/3 .. 1/16."""
-    return [(2, 2)] + [(1, s) for s in range(3, max_seq_len + 1)]
+    return [(domain.PREFILL_QUERY_LEN, 2)] + [(domain.DECODE_QUERY_LEN, s) for s in range(3, max_seq_len + 1)]
 
 
 def stall_per_sync_s(cfg: ModelConfig, device_type: str) -> float:
@@ -32,6 +44,37 @@ def step_target_s(cfg: ModelConfig, batch: int, admitted: int, variant_s: float,
     return natural * (1.0 + cfg.extra_step_pct / 100.0) + cfg.extra_step_ms * 1e-3
 
 
+def code2wav_delay_s(cfg: ModelConfig, batch: int) -> float:
+    """Latency from a chunk's last frame to its PCM: a fixed part plus a part that grows with the running batch
+    (code2wav decodes every running request's chunks and so waits longer when more are in flight)."""
+    return (cfg.code2wav_chunk_ms + cfg.code2wav_per_request_ms * batch) * 1e-3
+
+
+def chunk_due(frames_done: int, frames_sent: int, total_frames: int, audio: AudioConfig) -> bool:
+    """A chunk leaves when the request is finished, after `initial_chunk_frames` for the first chunk, and after
+    `chunk_frames` more for every later one (vllm-omni's initial_codec_chunk_frames / codec_chunk_frames)."""
+    if frames_done >= total_frames:
+        return True
+    need = audio.initial_chunk_frames if frames_sent == 0 else audio.chunk_frames
+    return frames_done - frames_sent >= need
+
+
+def gpu_host_variant_step_s(variant: str, batch: int) -> float:
+    """Host time of one step's 15 build_attn_metadata calls on an H100 host, interpolated from the seed function
+    benchmark (linear in batch between its points, extrapolated from the last two). `vectorized` has no public
+    number: it is taken as the fixed variant's single-request cost, flat (no per-request sync)."""
+    if batch <= 0:
+        return 0.0
+    table = H100_CALL_US["fixed" if variant == "vectorized" else variant]
+    if variant == "vectorized":
+        return domain.CALLS_PER_STEP * table[0][1] * 1e-6
+    xs = [n for n, _ in table]
+    i = min(max(bisect.bisect_left(xs, batch), 1), len(xs) - 1)
+    (x0, y0), (x1, y1) = table[i - 1], table[i]
+    us = y0 + (y1 - y0) * (batch - x0) / (x1 - x0)
+    return domain.CALLS_PER_STEP * max(us, table[0][1]) * 1e-6
+
+
 def predict_total_step_s(
     cfg: ModelConfig, *, variant: str, steps: float, batch_requests: float, admitted: float, calls: float,
     tokens: float, variant_s: float, device_type: str = "cpu",
@@ -48,12 +91,12 @@ def predict_total_step_s(
 def predict_ttfa_s(cfg: ModelConfig, chunk_frames: int, variant: str, variant_step_s: float, device_type="cpu") -> float:
     """Time to first audio for a lone request on an idle engine.
 
-    The first step carries its prefill; the first chunk exists after `chunk_frames` steps and reaches the client
-    `code2wav_chunk_ms` later. HTTP overhead is not modelled.
+    The first step carries its prefill; the first chunk exists after `chunk_frames` steps (the config's
+    initial_chunk_frames) and reaches the client code2wav_delay_s(batch 1) later. HTTP overhead is not modelled.
     """
     shapes = call_shapes()
     tokens = sum(q for q, _ in shapes)
     syncs = expected_syncs(variant, len(shapes), tokens)
     first = step_target_s(cfg, 1, 1, variant_step_s, syncs, device_type)
     rest = step_target_s(cfg, 1, 0, variant_step_s, syncs, device_type)
-    return first + (chunk_frames - 1) * rest + cfg.code2wav_chunk_ms * 1e-3
+    return first + (chunk_frames - 1) * rest + code2wav_delay_s(cfg, 1)

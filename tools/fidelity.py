@@ -1,0 +1,407 @@
+"""Fidelity benchmark: the simulator against every public number it claims to model.
+
+`python -m tools.fidelity --out reports/bench/fidelity.md [--quick]`
+
+For each public setup (ttssim.public) it starts the real simulator with that setup's profile (configs/sim/), drives
+it like the public benchmark did, computes the public benchmark's metrics with the same definitions, and writes a
+table: public number, the fitted model's value (ttssim.virtual, no clock), the simulator's measured value, the
+residual and the knob it depends on. The client is a small asyncio/aiohttp copy of `vllm bench serve
+--backend openai-audio-speech`'s loop (semaphore of c, warm-ups first, request rate inf), written from its
+documented behaviour. Timings on a shared machine are noisy: the report records the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import soundfile as sf
+
+from tts_predictor import domain
+from tts_predictor import metrics as M
+from ttssim import fit, public
+from ttssim.config import SimConfig, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+HEADERS = {"Content-Type": "application/json"}
+
+
+# --- a simulator process ----------------------------------------------------------------------------------------
+class Sim:
+    """`python -m ttssim` on a free port (reported through a file), stopped with SIGTERM."""
+
+    def __init__(self, variant: str, config: str, overrides: list[str] = ()):
+        self.dir = tempfile.TemporaryDirectory(prefix="fidelity-")
+        self.port_file = Path(self.dir.name) / "port"
+        cmd = [sys.executable, "-m", "ttssim", "--variant", variant, "--port", "0", "--config", str(REPO / config),
+               "--port-file", str(self.port_file), "--log-level", "WARNING"]
+        for o in overrides:
+            cmd += ["--set", o]
+        self.log = open(Path(self.dir.name) / "log", "wb")
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not self.port_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"simulator did not start: {(Path(self.dir.name) / 'log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{int(self.port_file.read_text())}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+        self.dir.cleanup()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+# --- the vllm bench serve loop -------------------------------------------------------------------------------------
+def ref_audio_uri(seconds: float = 1.0) -> str:
+    sr = domain.SAMPLE_RATE_HZ
+    t = np.arange(int(seconds * sr)) / sr
+    buf = io.BytesIO()
+    sf.write(buf, (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), sr, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def text_for_frames(frames: int, cfg: SimConfig) -> str:
+    """The shortest input the simulator turns into exactly `frames` frames (its length rule: ceil(chars x rate))."""
+    a = cfg.audio
+    if frames <= a.min_frames:
+        return "x"
+    n = max(1, int(frames / a.frames_per_char) - 2)
+    while math.ceil(n * a.frames_per_char) < frames:
+        n += 1
+    if math.ceil(n * a.frames_per_char) != frames:
+        raise ValueError(f"no input length gives {frames} frames at {a.frames_per_char} frames per character")
+    return ("The quick brown fox jumps over the lazy dog. " * (n // 45 + 1))[:n]
+
+
+@dataclass
+class Result:
+    ok: bool
+    ttfp_s: float
+    e2e_s: float
+    audio_s: float
+
+
+async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> Result:
+    """One streaming request timed like vllm bench's openai-audio-speech client: TTFP at the first non-empty chunk,
+    latency at the end of the body, audio seconds from the PCM byte count."""
+    t0 = time.perf_counter()
+    ttfp, nbytes = 0.0, 0
+    try:
+        async with session.post(url + "/v1/audio/speech", data=body, headers=HEADERS) as r:
+            if r.status != 200:
+                await r.read()
+                return Result(False, 0.0, time.perf_counter() - t0, 0.0)
+            async for chunk in r.content.iter_any():
+                if chunk and not ttfp:
+                    ttfp = time.perf_counter() - t0
+                nbytes += len(chunk)
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return Result(False, 0.0, time.perf_counter() - t0, 0.0)
+    return Result(True, ttfp, time.perf_counter() - t0, nbytes / domain.BYTES_PER_SAMPLE / domain.SAMPLE_RATE_HZ)
+
+
+async def bench(url: str, bodies: list[bytes], concurrency: int, warmups: int) -> tuple[list[Result], float, dict,
+                                                                                          dict]:
+    """Warm-ups (the first body, all finished first), then every body with at most `concurrency` in flight."""
+    timeout = aiohttp.ClientTimeout(total=900)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def limited(body):
+            async with sem:
+                return await one(s, url, body)
+
+        if warmups:
+            await asyncio.gather(*(limited(bodies[0]) for _ in range(warmups)))
+        async with s.get(url + "/metrics") as r:
+            before = parse_metrics(await r.text())
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(limited(b) for b in bodies))
+        duration = time.perf_counter() - t0
+        async with s.get(url + "/metrics") as r:
+            after = parse_metrics(await r.text())
+    return list(results), duration, before, after
+
+
+def level_metrics(results: list[Result], duration: float) -> dict[str, float]:
+    ok = [r for r in results if r.ok and r.audio_s > 0]
+    if not ok:
+        return {"errors": len(results)}
+    return {
+        "ttfp_p50": 1e3 * statistics.median(r.ttfp_s for r in ok),
+        "rtf_p50": statistics.median(r.e2e_s / r.audio_s for r in ok),
+        "audio_tput": sum(r.audio_s for r in ok) / duration,
+        "req_tput": len(ok) / duration,
+        "e2e_p50": 1e3 * statistics.median(r.e2e_s for r in ok),
+        "errors": len(results) - len(ok),
+    }
+
+
+def clock(before: dict, after: dict, variant: str) -> dict[str, float]:
+    """Step clock of the window: mean step interval (ms) and mean batch, from the plugin-compatible metrics."""
+    lab = f'{{variant="{variant}"}}'
+    n = after.get(M.STEP_INTERVAL + "_count" + lab, 0.0) - before.get(M.STEP_INTERVAL + "_count" + lab, 0.0)
+    t = after.get(M.STEP_INTERVAL + "_sum" + lab, 0.0) - before.get(M.STEP_INTERVAL + "_sum" + lab, 0.0)
+    bn = after.get(M.STEP_BATCH + "_count", 0.0) - before.get(M.STEP_BATCH + "_count", 0.0)
+    bs = after.get(M.STEP_BATCH + "_sum", 0.0) - before.get(M.STEP_BATCH + "_sum", 0.0)
+    late = after.get(M.SIM_LATE_STEPS, 0.0) - before.get(M.SIM_LATE_STEPS, 0.0)
+    return {"step_ms": 1e3 * t / n if n else float("nan"), "batch": bs / bn if bn else float("nan"),
+            "steps": bn, "late": late}
+
+
+def bodies_for(frames: list[int], cfg: SimConfig, ref: str) -> list[bytes]:
+    return [json.dumps({"input": text_for_frames(f, cfg), "model": cfg.model.name, "task_type": "Base",
+                        "ref_audio": ref, "ref_text": "A reference.", "language": "English", "stream": True,
+                        "response_format": "pcm"}).encode() for f in frames]
+
+
+# --- the setups -------------------------------------------------------------------------------------------------
+def run_ci(quick: bool, ref: str, log) -> dict:
+    profile = "configs/sim/" + public.CI_SETUP.profile
+    cfg = load_config(REPO / profile)
+    variant = public.CI_SETUP.variants[0]
+    levels = ((1, 5, 2), (8, 16, 8)) if quick else public.CI_SETUP.levels
+    out = {}
+    for c, n, w in levels:
+        frames = [public.CI_FRAMES[i % len(public.CI_FRAMES)] for i in range(n)]
+        sim = Sim(variant, profile)
+        try:
+            res, dur, before, after = asyncio.run(bench(sim.url, bodies_for(frames, cfg, ref), c, w))
+        finally:
+            sim.stop()
+        out[c] = level_metrics(res, dur) | clock(before, after, variant)
+        log(f"ci c={c}: {out[c]}")
+    # [4855]: the step time at batch 64 (the profile with its batch limit opened, 64 short requests at once)
+    sim = Sim(variant, profile, ["model.max_batch_size=64"])
+    try:
+        frames = [40] * 64
+        res, dur, before, after = asyncio.run(bench(sim.url, bodies_for(frames, cfg, ref), 64, 0))
+    finally:
+        sim.stop()
+    out["b64"] = clock(before, after, variant)
+    log(f"ci batch 64: {out['b64']}")
+    return out
+
+
+def run_seed(quick: bool, ref: str, log) -> dict:
+    profile = "configs/sim/" + public.SEED_SETUP.profile
+    cfg = load_config(REPO / profile)
+    stored = fit.load_fit(REPO / profile)
+    frames = list(fit.seed_frames(stored["seed_mean_frames"][0]))
+    runs = 1 if quick else public.SEED_SETUP.runs
+    out: dict[str, list[dict]] = {v: [] for v in public.SEED_SETUP.variants}
+    for i in range(runs):
+        order = public.SEED_SETUP.variants if i % 2 == 0 else public.SEED_SETUP.variants[::-1]
+        for variant in order:
+            sim = Sim(variant, profile)
+            try:
+                res, dur, before, after = asyncio.run(bench(sim.url, bodies_for(frames, cfg, ref), 8, 0))
+            finally:
+                sim.stop()
+            out[variant].append(level_metrics(res, dur) | clock(before, after, variant))
+            log(f"seed run {i} {variant}: {out[variant][-1]}")
+    return out
+
+
+# --- the report -------------------------------------------------------------------------------------------------
+def pct(model: float, pub: float) -> str:
+    return f"{100 * (model / pub - 1):+.0f} %" if pub and not math.isnan(model) else "—"
+
+
+def fmt(v: float, metric: str) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "—"
+    return f"{v:.3f}" if metric in ("rtf_p50", "req_tput") else f"{v:.1f}" if metric != "ttfp_p50" else f"{v:.0f}"
+
+
+# Stated tolerance of the simulator against a public number: 30 % for the CI (its own points drift 1-29 % between
+# June and July, and the fit weights them at 10 %), 10 % for the seed run (its runs spread 2-7 %).
+TOLERANCE = {"ci-1.7b": 30.0, "seed-0.6b-b8": 10.0}
+# Why a point is outside its tolerance, where the model cannot reach it (docs/simulator.md, "what it misses").
+NOTES = {
+    (8, "rtf_p50"): "c=8 is slower on the CI than a step linear in batch allows (~24 ms/step at 8 vs ~20 at 10)",
+    (8, "audio_tput"): "same as c=8 RTF",
+    (16, "ttfp_p50"): "queue behind the batch limit of 10; the JSON value is June's x 0.95",
+    (64, "ttfp_p50"): "FIFO behind 10 slots at the CI's own throughput gives ~8 s; public TTFP and throughput "
+                      "are not consistent with one FIFO queue",
+    (64, "step_ms"): "#4855 names neither model nor version; the CI profile's step at batch 64",
+    (1, "ttfp_p50"): "code2wav latency is a compromise between c=1 and c=8/16 TTFP",
+}
+
+
+SHORT = {"ttfp_p50": "p50 TTFP", "rtf_p50": "p50 RTF", "audio_tput": "audio throughput", "step_ms": "step time"}
+UNITS = {"ttfp_p50": "p50 TTFP ms", "rtf_p50": "p50 RTF", "audio_tput": "audio-s/s", "req_tput": "req/s",
+         "e2e_p50": "p50 E2E ms", "step_ms": "ms per talker step"}
+
+
+def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_before, load_after) -> tuple[str,
+                                                                                                           dict]:
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    lines = [
+        "# Simulator fidelity: ttssim against every public number it models",
+        "",
+        f"Generated by `python -m tools.fidelity {' '.join(args.argv)}` on {started} (UTC), git {rev.strip() or '?'}, "
+        f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs, {secs:.0f} s in all. Load average before "
+        f"{' '.join(load_before)}, after {' '.join(load_after)}"
+        + (" (busy: other work shared the cores; timings are noisy)." if float(load_before[0]) > 1.5 else "."),
+        "",
+        "Columns: **public** = the published number (source below the table); **model** = the fitted step-time "
+        "model replayed without a clock (ttssim.virtual, the fit's own prediction); **sim** = this run of the real "
+        "simulator process (`python -m ttssim`, HTTP, real predictor variant, wall clock); **resid** = sim vs "
+        "public. Metric definitions are vllm-omni's benchmark client's (`vllm bench serve --omni --backend "
+        "openai-audio-speech`): TTFP = send to first non-empty PCM chunk, RTF = a request's latency over its audio "
+        "seconds, audio throughput = summed audio seconds / benchmark duration, medians over requests; warm-ups "
+        "max(2, c) excluded. Fit: `python -m ttssim.fit --public --write`; sources and setup in docs/simulator.md.",
+        "",
+        "## vllm-omni CI: Qwen3-TTS 1.7B-Base on 2x H100 (profile `configs/sim/h100-1.7b-ci.yaml`, variant "
+        "`vectorized`)",
+        "",
+        f"Tolerance: ±{TOLERANCE['ci-1.7b']:.0f} % (the CI's own points drift 1-29 % between June and July).",
+        "",
+        "| c | metric | public | model | sim | resid (sim) | resid (model) | in tolerance | fitted | source | "
+        "depends on | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    worst: dict[str, float] = {}
+    for p, m in zip(public.CI_POINTS, f["ci_pred"], strict=True):
+        if p.metric == "step_ms":
+            s = ci.get("b64", {}).get("step_ms", float("nan"))
+        else:
+            s = ci.get(p.level, {}).get(p.metric, float("nan"))
+        if p.fit and not math.isnan(s):
+            worst[p.metric] = max(worst.get(p.metric, 0.0), abs(100 * (s / p.value - 1)))
+        ok = not math.isnan(s) and abs(100 * (s / p.value - 1)) <= TOLERANCE[p.setup]
+        note = "" if ok else NOTES.get((p.level, p.metric), "")
+        if not p.fit:
+            note = (note + "; " if note else "") + "JSON baseline kept from June (0.95 x June average), not fitted"
+        lines.append(f"| {p.level} | {UNITS[p.metric]} | {fmt(p.value, p.metric)} | {fmt(m, p.metric)} | "
+                     f"{fmt(s, p.metric)} | {pct(s, p.value)} | {pct(m, p.value)} | "
+                     f"{'—' if math.isnan(s) else 'yes' if ok else 'NO'} | {'yes' if p.fit else 'no'} | "
+                     f"{p.source} | {public.METRIC_KNOBS[p.metric]} | {note} |")
+    lines += ["", "Step clock of the simulator in these runs (tts_predictor_step_interval_seconds / "
+              "tts_predictor_step_batch_size, the metrics the vLLM plugin exports):", "",
+              "| c | mean step ms | mean batch | steps | late steps | errors |", "|---|---|---|---|---|---|"]
+    for c, r in ci.items():
+        lines.append(f"| {'64, batch limit opened' if c == 'b64' else c} | {r.get('step_ms', float('nan')):.1f} | {r.get('batch', float('nan')):.1f} | "
+                     f"{r.get('steps', 0):.0f} | {r.get('late', 0):.0f} | {r.get('errors', 0)} |")
+    # seed
+    lines += ["", "## Seed E2E run: 0.6B-Base, vllm-omni 0.16.0, batch 8, c=8, 24 requests x 3 runs "
+              "(profile `configs/sim/h100-0.6b-b8.yaml`)", "",
+              f"Tolerance: ±{TOLERANCE['seed-0.6b-b8']:.0f} % (the seed's runs spread 2-7 %).", "",
+              "| variant | metric | public | model | sim (runs) | sim mean | resid (sim) | resid (model) | in tolerance |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    seed_means = {}
+    for p, m in zip(public.SEED_POINTS, f["seed_pred"], strict=True):
+        if p.metric == "effect_e2e_pct":
+            continue
+        runs = [r.get(p.metric, float("nan")) for r in seed.get(p.variant, [])]
+        mean = statistics.fmean(runs) if runs else float("nan")
+        seed_means[(p.variant, p.metric)] = mean
+        worst[p.metric] = max(worst.get(p.metric, 0.0), abs(100 * (mean / p.value - 1)))
+        lines.append(f"| {p.variant} | {UNITS[p.metric]} | {fmt(p.value, p.metric)} | {fmt(m, p.metric)} | "
+                     f"{', '.join(fmt(x, p.metric) for x in runs)} | {fmt(mean, p.metric)} | {pct(mean, p.value)} | "
+                     f"{pct(m, p.value)} | "
+                     f"{'yes' if abs(100 * (mean / p.value - 1)) <= TOLERANCE[p.setup] else 'NO'} |")
+    eff_pub = public.SEED_POINTS[-1].value
+    sim_eff = float("nan")
+    if ("original", "e2e_p50") in seed_means and ("fixed", "e2e_p50") in seed_means:
+        sim_eff = 100 * (seed_means[("fixed", "e2e_p50")] / seed_means[("original", "e2e_p50")] - 1)
+    stored = fit.load_fit(REPO / "configs/sim/h100-0.6b-b8.yaml")
+    res = fit.fit_from_dict(stored)
+    cfg = load_config(REPO / "configs/sim/h100-0.6b-b8.yaml")
+    frames = fit.seed_frames(stored["seed_mean_frames"][0])
+    est, lo, hi = fit.effect_interval(res, cfg, 8, frames)
+    lines += ["", f"Fixed vs original, p50 E2E at c=8: public **{eff_pub:+.1f} %** (within its noise, about ±4 %); "
+              f"model **{est:+.1f} %** [95 % interval from the fit's parameter uncertainty {lo:+.1f} .. {hi:+.1f} %]; "
+              f"this simulator run **{sim_eff:+.1f} %** (mean of the runs above; run-to-run noise applies). "
+              f"The seed's request lengths are not published: the fit puts them at "
+              f"{stored['seed_mean_frames'][0]:.0f} ± {stored['seed_mean_frames'][1]:.0f} frames "
+              f"({stored['seed_mean_frames'][0] / domain.CODEC_FRAME_RATE_HZ:.1f} s of audio)."]
+    # the mission question on the default profile
+    dcfg = load_config(REPO / "configs/sim/default.yaml")
+    dfit = fit.fit_from_dict(fit.load_fit(REPO / "configs/sim/default.yaml"))
+    lines += ["", "## The mission's question on the default profile (`configs/sim/default.yaml`, batch = c)", "",
+              "Closed loop, the seed-fitted request lengths, 3c requests; model only (the interval is the fit's "
+              "parameter uncertainty, not run-to-run noise).", "",
+              "| c | fixed vs original p50 E2E (model) | 95 % interval (fit uncertainty) |", "|---|---|---|"]
+    for c in (8, 64):
+        e, lo2, hi2 = fit.effect_interval(dfit, dcfg, c, frames, requests=3 * c)
+        lines.append(f"| {c} | {e:+.1f} % | {lo2:+.1f} .. {hi2:+.1f} % |")
+    summary = {
+        "ci": "SIMULATED -- sim vs vllm-omni CI (1.7B-Base, H100, c=1-64): "
+              + ", ".join(f"{SHORT[k]} within ±{v:.0f} %" for k, v in worst.items()
+                          if k in ("audio_tput", "rtf_p50", "ttfp_p50", "step_ms")),
+        "seed": f"SIMULATED -- sim vs seed run (0.6B-Base, 0.16.0, c=8): req/s within "
+                f"±{worst.get('req_tput', float('nan')):.0f} %, p50 E2E within ±{worst.get('e2e_p50', float('nan')):.0f} "
+                f"%; fixed vs original {sim_eff:+.1f} % (public {eff_pub:+.1f} %, model {est:+.1f} % "
+                f"[{lo:+.1f}, {hi:+.1f}])",
+    }
+    lines += ["", "## Fidelity in one line (stored in reports/bench/fidelity.json for the report's banner)", "",
+              f"- {summary['ci']}", f"- {summary['seed']}", ""]
+    return "\n".join(lines), summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.fidelity", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="reports/bench/fidelity.md")
+    p.add_argument("--quick", action="store_true", help="CI levels 1 and 8 with few requests, one seed run")
+    args = p.parse_args(argv)
+    args.argv = argv if argv is not None else sys.argv[1:]
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    t0 = time.perf_counter()
+
+    def log(msg):
+        print(msg, flush=True)
+
+    ref = ref_audio_uri()
+    f = fit.public_fits()
+    ci = run_ci(args.quick, ref, log)
+    seed = run_seed(args.quick, ref, log)
+    load_after = Path("/proc/loadavg").read_text().split()[:3]
+    md, summary = render(args, ci, seed, f, started, time.perf_counter() - t0, load_before, load_after)
+    out = REPO / args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(md, encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps({"summary": summary, "ci": {str(k): v for k, v in ci.items()},
+                                                    "seed": seed}, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
