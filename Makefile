@@ -18,7 +18,7 @@ QUICK ?=
 RESUME ?=
 DRY_RUN ?=
 
-.PHONY: help venv test lint micro serve load ab demo report test-engine bench-sim bench-load soak faults-table clean
+.PHONY: help venv test lint micro serve load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
@@ -82,6 +82,11 @@ report: $(STAMP)
 
 test-engine: $(STAMP)
 	bash tests/engine/run.sh
+
+# our request bodies, deploy files, serve flags, evidence patterns and metric names against the real vllm-omni
+# 0.30.0 (and 0.16.0 / 0.32.0rc1 sources); own cached venv (docs/versions.md)
+test-upstream:
+	bash tests/upstream/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

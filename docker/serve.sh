@@ -156,6 +156,9 @@ if [ -n "$DRY" ]; then
   echo "# HF cache: $HF_CACHE, created by you (uid $uid); the container runs as --user $uid:$gid and can write it"
   if [ -n "$CONTROL_DIR" ]; then
     echo "# control channel: $CONTROL_DIR mounted read-only at $CONTAINER_CONTROL ($CONTROL_FILE)"
+  elif [ "$VLLM_OMNI" = "$PLUGIN_VERSION" ]; then
+    echo "# control channel: off (CONTROL_DIR unset); CONTROL_DIR=DIR adds to docker run:" \
+         "-v DIR:$CONTAINER_CONTROL:ro -e TTS_PREDICTOR_CONTROL=$CONTAINER_CONTROL/$CONTROL_FILE"
   fi
   case $mode in
     pull) show "${pull[@]}" ;;

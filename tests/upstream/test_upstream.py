@@ -14,6 +14,7 @@ installed path in its place, so `import vllm_omni.x.y` runs x and y as shipped a
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import itertools
 import os
@@ -32,10 +33,12 @@ if importlib.util.find_spec("vllm_omni") is None:
 
 _spec = importlib.util.find_spec("vllm_omni")
 OMNI30 = Path(_spec.submodule_search_locations[0])
-if "vllm_omni" not in sys.modules:
-    _pkg = types.ModuleType("vllm_omni")
-    _pkg.__path__ = [str(OMNI30)]
-    sys.modules["vllm_omni"] = _pkg
+for _name in ("vllm_omni", "vllm_omni.entrypoints", "vllm_omni.entrypoints.openai",
+              "vllm_omni.entrypoints.openai.protocol"):
+    if _name not in sys.modules:  # package inits that import the model registry: replaced by empty packages
+        _pkg = types.ModuleType(_name)
+        _pkg.__path__ = [str(OMNI30.joinpath(*_name.split(".")[1:]))]
+        sys.modules[_name] = _pkg
 
 import yaml  # noqa: E402
 from prometheus_client import REGISTRY, generate_latest  # noqa: E402
@@ -174,6 +177,16 @@ def _flags_in(path: Path) -> set[str]:
     return flags
 
 
+def _dataclass_flags(path: Path, suffix: str) -> set[str]:
+    """vLLM also generates flags from dataclass fields (FrontendArgs: host -> --host)."""
+    flags = set()
+    for node in ast.parse(_need(path).read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name.endswith(suffix):
+            flags |= {"--" + n.target.id.replace("_", "-") for n in node.body
+                      if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return flags
+
+
 def _serve_argv(env: dict) -> list[str]:
     e = {k: v for k, v in os.environ.items() if k not in ("VARIANT", "STAGES", "DEPLOY", "VLLM_OMNI")}
     e.update(env, MODEL_REVISION=REVISION)
@@ -213,12 +226,13 @@ def test_030_serve_flags_exist_in_its_parsers():
     assert args.served_model_name == [MODEL_NAME]
     assert args.revision == REVISION and args.tokenizer_revision == REVISION
     assert args.host == "0.0.0.0" and args.port == 8091
-    assert args.model.endswith(f"models--Qwen--Qwen3-TTS-12Hz-0.6B-Base/snapshots/{REVISION}")
+    assert args.model_tag.endswith(f"models--Qwen--Qwen3-TTS-12Hz-0.6B-Base/snapshots/{REVISION}")  # positional
 
 
 def test_016_serve_flags_exist_in_its_sources():
     known = _flags_in(OMNI16 / "entrypoints/cli/serve.py") | _flags_in(VLLM16 / "engine/arg_utils.py") \
-        | _flags_in(VLLM16 / "entrypoints/openai/cli_args.py")
+        | _flags_in(VLLM16 / "entrypoints/openai/cli_args.py") \
+        | _dataclass_flags(VLLM16 / "entrypoints/openai/cli_args.py", "FrontendArgs")
     for flag, _ in _split_flags(_serve_argv({"VLLM_OMNI": "0.16.0", "VARIANT": "fixed"})):
         assert flag in known, flag
     assert {"--stage-configs-path", "--revision", "--tokenizer-revision", "--served-model-name"} <= known
@@ -246,6 +260,7 @@ def test_016_attention_backend_pin():
 # ----------------------------------------------------------------------------------------------- evidence patterns
 
 
+@functools.cache
 def _log_formats(*roots: Path) -> list[str]:
     """First-argument string literals of every logger call in a source tree."""
     out = []
