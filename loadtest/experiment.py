@@ -11,6 +11,7 @@ The A/B runner calls (the module has no other side effects):
   images(exp, model_revision=None) -> [Command]    pull, build, fetch the model: run once before block 1, untimed
   server_launch(arm, port, ...) -> Launch          argv + env of one block's server, its health URL and stop budget
   check_evidence(arm, server_log_text, metrics_rows) -> (ok, reason)   the arm's manipulation check (pure)
+  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none)
 All docker commands are written in docker/serve.sh alone; an arm only chooses its environment and arguments.
 """
 
@@ -526,6 +527,21 @@ def _describe(ev: Evidence) -> str:
     parts += [f"log has /{p}/" for p in ev.log_present] + [f"log lacks /{p}/" for p in ev.log_absent]
     parts += [f"metric {m} > 0" for m in ev.metric_present]
     return "; ".join(parts)
+
+
+def arm_manifest(arm: Arm) -> dict[str, Any]:
+    """The arm as the run manifest records it; says whether our plugin is in the image, and why not when it is not."""
+    if arm.backend == "sim":
+        return {"arm": arm.name, "label": arm.label, "backend": "sim", "simulated": True,
+                "simulated_from": arm.simulated_from, "variant": arm.variant,
+                "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
+                "evidence": _describe(arm.evidence)}
+    plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
+              f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
+    return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
+            "base_image": arm.base_image, "image": arm.image, "plugin": plugin, "stages": arm.stages,
+            "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
+            "evidence": _describe(arm.evidence)}
 
 
 # ----------------------------------------------------------------------------------------------- evidence

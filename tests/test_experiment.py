@@ -261,3 +261,15 @@ def test_log_and_metric_evidence():
     assert not ok and "not exposed" in why
     ok, why = ex.check_evidence(arm, log, [("vllm_omni:audio_ttfp_s_count", {}, 0.0)])
     assert not ok and "is 0, not > 0" in why
+
+
+def test_versions_agree_with_serve_sh_and_manifest_says_where_the_plugin_is():
+    text = (ROOT / "docker/serve.sh").read_text()
+    assert f"SUPPORTED=({' '.join(ex.SUPPORTED_VERSIONS)})" in text and f"PLUGIN_VERSION={ex.PLUGIN_VERSION} " in text
+    exp = ex.load_experiment(ROOT / "configs/experiments/release-016-fixed-vs-030.yaml")
+    m016, m030 = (ex.arm_manifest(a) for a in exp.arms.values())
+    assert m016["plugin"] == "installed, variant fixed" and m016["image"] == "tts-vllm-omni:0.16.0-fixed"
+    assert m030["plugin"].startswith("none: vllm-omni 0.30.0 has no _LocalPredictorKVCache")
+    assert m030["deploy"] == "qwen3_tts.yaml" and m030["stages"] is None
+    sim = ex.arm_manifest(ex.simulated(exp).arms["v030"])
+    assert sim["simulated"] and sim["simulated_from"] == "vllm-omni 0.30.0 qwen3_tts.yaml"
