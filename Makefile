@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-VARIANT ?= fixed
+VARIANT ?= original
 BACKEND ?=
 PORT ?= 8091
 DEVICE ?= cpu
@@ -18,7 +18,7 @@ QUICK ?=
 RESUME ?=
 DRY_RUN ?=
 
-.PHONY: help venv test test-fast lint micro serve load ab demo report test-engine bench-sim bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
@@ -87,6 +87,11 @@ report: $(STAMP)
 
 test-engine: $(STAMP)
 	bash tests/engine/run.sh
+
+# our request bodies, deploy files, serve flags, evidence patterns and metric names against the real vllm-omni
+# 0.30.0 (and 0.16.0 / 0.32.0rc1 sources); own cached venv (docs/versions.md)
+test-upstream:
+	bash tests/upstream/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -119,8 +119,12 @@ class PayloadCache:
 
 
 def speech_payload(text: str, voice: Voice, *, model: str, language: str, mode: str) -> dict:
-    """POST /v1/audio/speech body for a Base (voice clone) request; stream requires pcm on vllm-omni."""
-    return {
+    """POST /v1/audio/speech body for a Base (voice clone) request; stream requires pcm on vllm-omni.
+
+    Streaming names stream_format "audio" (raw PCM chunks): 0.16.0's default, but from 0.30.0 on `stream: true`
+    alone means SSE events (vllm-omni 0.30.0 protocol/audio.py; tests/upstream checks both request models).
+    """
+    body = {
         "model": model,
         "input": text,
         "task_type": "Base",
@@ -130,3 +134,6 @@ def speech_payload(text: str, voice: Voice, *, model: str, language: str, mode: 
         "response_format": "pcm" if mode == "stream" else "wav",
         "stream": mode == "stream",
     }
+    if mode == "stream":
+        body["stream_format"] = "audio"
+    return body

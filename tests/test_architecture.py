@@ -54,8 +54,8 @@ ALL = {name: tree for pkg in (*PRODUCT, "tools") for name, tree in modules(pkg).
 ALLOWED = {
     "tts_predictor": set(),
     "ttssim": {"tts_predictor"},
-    "loadtest": {"tts_predictor"},
-    "ttsreport": {"tts_predictor", "loadtest.records"},
+    "loadtest": {"tts_predictor", "ttssim.config"},  # experiment files validate a simulator arm's settings
+    "ttsreport": {"tts_predictor", "loadtest.records", "loadtest.measures"},
 }
 
 

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
 
+from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+REV = "0123456789abcdef0123456789abcdef01234567"
 DOCKER = ROOT / "docker"
 DOCKERFILES = sorted({p for p in DOCKER.iterdir() if p.name.startswith("Dockerfile") and not p.name.endswith(".dockerignore")})
 
@@ -23,9 +29,8 @@ def _hadolint() -> str:
     return exe
 
 
-@pytest.mark.slow
-@pytest.mark.slow
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_hadolint_clean(dockerfile):
     proc = subprocess.run([_hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -33,15 +38,45 @@ def test_hadolint_clean(dockerfile):
 
 def test_dockerfile_pins_base_and_installs_plugin_without_deps():
     text = (DOCKER / "Dockerfile").read_text()
-    assert re.search(r"^FROM vllm/vllm-omni:v0\.16\.0(@sha256:[0-9a-f]{64})?$", text, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=vllm/vllm-omni:v0\.16\.0(@sha256:[0-9a-f]{64})?$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
     assert "pip install --no-cache-dir --no-deps ." in text
-    assert "ARG VARIANT=" in text and "TTS_PREDICTOR_VARIANT=${VARIANT}" in text
+    assert f"ARG VARIANT={DEFAULT_VARIANT}\n" in text and "TTS_PREDICTOR_VARIANT=${VARIANT}" in text
     assert "PROMETHEUS_MULTIPROC_DIR=" in text
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert "HF_TOKEN" not in text  # never baked into the image
 
 
-@pytest.mark.slow
+def _first_run(text: str) -> str:
+    return re.search(r"^RUN (.*?)(?<!\\)\n", text, re.M | re.S).group(1)
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.upstream"])
+def test_every_image_asserts_its_vllm_omni_version_first(name):
+    text = (DOCKER / name).read_text()
+    run = _first_run(text)
+    assert run.startswith("python3 -c \"import importlib.metadata as m") and "m.version('vllm-omni')" in run
+    assert "assert v == " in run
+    # a user of any uid can write HOME (serve.sh runs the container as the host user) and has a name (torch inductor)
+    assert "chmod 1777 /home/tts /home/tts/.cache /home/tts/.cache/huggingface" in text
+    assert re.search(r"^\s+USER=tts \\$", text, re.M)
+
+
+def test_plugin_only_in_the_016_image():
+    up = (DOCKER / "Dockerfile.upstream").read_text()
+    assert "tts_predictor" not in up.replace("tts.predictor.plugin", "") and "pip install" not in up
+    assert 'tts.predictor.plugin="none: ' in up and 'tts.predictor.plugin="installed"' in (DOCKER / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=vllm/vllm-omni:v\$\{VLLM_OMNI_VERSION\}$", up, re.M)
+    assert "COPY configs/stages/deploy/${VLLM_OMNI_VERSION}/ ./deploy/" in up
+    assert "PROMETHEUS_MULTIPROC_DIR=" not in up  # the stock metrics transport
+    ignore = [ln for ln in (DOCKER / "Dockerfile.upstream.dockerignore").read_text().splitlines()
+              if ln and not ln.startswith("#")]
+    assert ignore[0:1] == ["*"] and "!configs/stages/deploy/" in ignore and "!tts_predictor/" not in ignore
+    for version in ("0.30.0", "0.32.0rc1"):  # every upstream version the suite supports has its overlay folder
+        assert sorted((ROOT / "configs/stages/deploy" / version).glob("tts_loadtest_*.yaml"))
+
+
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_promtool_check_config():
     if shutil.which("promtool") is None:
         subprocess.run(["bash", str(ROOT / "scripts" / "system-deps.sh")], check=True)
@@ -66,9 +101,19 @@ def _interpolate(text: str, env: dict) -> str:
 def test_compose_structure():
     """No `docker compose` here (client without the compose plugin, no engine): parsed and checked with pyyaml."""
     raw = (DOCKER / "compose.yaml").read_text()
-    with pytest.raises(ValueError, match="GRAFANA_ADMIN_PASSWORD"):
-        _interpolate(raw, {})
-    doc = yaml.safe_load(_interpolate(raw, {"GRAFANA_ADMIN_PASSWORD": "x", "VARIANT": "vectorized"}))
+    full = {"GRAFANA_ADMIN_PASSWORD": "x", "MODEL_REVISION": REV, "HOST_UID": "1000", "HOST_GID": "1001"}
+    for missing in ("GRAFANA_ADMIN_PASSWORD", "MODEL_REVISION", "HOST_UID", "HOST_GID"):
+        with pytest.raises(ValueError, match=missing):
+            _interpolate(raw, {k: v for k, v in full.items() if k != missing})
+    default = yaml.safe_load(_interpolate(raw, full))["services"]["server"]
+    assert default["image"] == f"tts-vllm-omni:0.16.0-{DEFAULT_VARIANT}"
+    assert default["environment"]["TTS_PREDICTOR_VARIANT"] == DEFAULT_VARIANT
+    assert default["user"] == "1000:1001" and default["stop_grace_period"] == "30s"
+    assert default["environment"]["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in default["environment"]
+    cmd = default["command"]
+    assert cmd[2].endswith(f"/snapshots/{REV}") and cmd[cmd.index("--revision") + 1] == REV
+    assert cmd[cmd.index("--served-model-name") + 1] == MODEL_NAME
+    doc = yaml.safe_load(_interpolate(raw, {**full, "VARIANT": "vectorized"}))
     services = doc["services"]
     assert set(services) == {"server", "prometheus", "grafana", "locust-master", "locust-worker"}
     for name, svc in services.items():
@@ -102,62 +147,202 @@ def test_grafana_provisioning():
         assert (DOCKER / "grafana/dashboards" / name).read_text() == text, f"stale {name}"
 
 
-@pytest.mark.slow
-def test_dashboards_check_passes_from_any_directory(tmp_path):
-    """`python docker/grafana/dashboards.py --check`: the committed JSON is what the source (with the domain constants
-    and metric names it imports) renders."""
-    proc = subprocess.run([sys.executable, str(DOCKER / "grafana" / "dashboards.py"), "--check"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    text = (DOCKER / "grafana/dashboards/tts-throughput.json").read_text()
-    assert "/ 15 / 12.5" in text  # audio seconds = frames / calls per step / codec frame rate
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_stage_configs_current_and_follow_the_sweep():
     proc = subprocess.run([sys.executable, str(ROOT / "configs/stages/generate.py"), "--check"], capture_output=True,
-                          text=True)
+                          text=True, cwd="/")
     assert proc.returncode == 0, proc.stderr
     for b in (8, 16, 32, 64, 128, 256):
         cfg = yaml.safe_load((ROOT / f"configs/stages/qwen3_tts_b{b}.yaml").read_text())
+        talker, code2wav = cfg["stage_args"]
         assert [s["runtime"]["max_batch_size"] for s in cfg["stage_args"]] == [b, b]
-        assert cfg["stage_args"][0]["engine_args"]["max_num_batched_tokens"] >= b
+        assert talker["engine_args"]["max_num_batched_tokens"] >= b
+        assert talker["engine_args"]["attention_backend"] == "FLASH_ATTN"  # not FlashInfer on Blackwell
+        extra = cfg["runtime"]["connectors"]["connector_of_shared_memory"]["extra"]
+        per_chunk = 16 * (extra["codec_chunk_frames"] + extra["codec_left_context_frames"])
+        assert per_chunk == 800
+        # one chunk of every request of a full batch fits into one code2wav step (stock 8192 = 10 chunks)
+        tokens = code2wav["engine_args"]["max_num_batched_tokens"]
+        assert tokens >= b * per_chunk and tokens >= 8192 and tokens % 16 == 0
+        assert tokens == max(8192, b * per_chunk)
+
+
+SERVE_ENV = ("VARIANT", "PORT", "HOST", "STAGES", "DEPLOY", "DRY_RUN", "VLLM_OMNI", "MODEL_REVISION", "CONTROL_DIR",
+             "CONTROL_FILE", "IMAGE", "BASE_IMAGE", "NAME", "HF_CACHE", "GPUS", "STOP_GRACE_S")
 
 
 def _serve(env_extra, *args):
-    env = {k: v for k, v in os.environ.items() if k not in ("VARIANT", "PORT", "HOST", "STAGES", "DRY_RUN")}
+    env = {k: v for k, v in os.environ.items() if k not in SERVE_ENV}
     env.update(env_extra)
     return subprocess.run(["bash", str(DOCKER / "serve.sh"), *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=60)
 
 
-@pytest.mark.slow
-def test_serve_dry_run_prints_exact_commands():
-    proc = _serve({"VARIANT": "original", "PORT": "18091", "HF_TOKEN": "do-not-print-me"}, "--dry-run")
+def _line(out: str, prefix: str) -> list[str]:
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(prefix)]
+    return shlex.split(line)
+
+
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
+def test_serve_dry_run_prints_exact_commands(tmp_path):
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    (ctl / "control.json").write_text('{"variant": "original", "observe": true}')
+    cache = tmp_path / "hf"
+    proc = _serve({"PORT": "18091", "HF_TOKEN": "do-not-print-me", "MODEL_REVISION": REV, "CONTROL_DIR": str(ctl),
+                   "HF_CACHE": str(cache)}, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "docker build -f docker/Dockerfile --build-arg VARIANT=original -t tts-vllm-omni:0.16.0-original ." in out
-    assert "--gpus all" in out and "-p 127.0.0.1:18091:8091" in out
-    assert "-e HF_TOKEN " in out and "do-not-print-me" not in out
-    assert "/home/tts/.cache/huggingface" in out and "qwen3_tts_b64.yaml" in out
+    uid, gid = os.getuid(), os.getgid()
+    # the default variant everywhere
+    assert _line(out, "docker build") == ["docker", "build", "-f", "docker/Dockerfile", "--build-arg",
+                                          "BASE_IMAGE=vllm/vllm-omni:v0.16.0", "--build-arg",
+                                          f"VARIANT={DEFAULT_VARIANT}", "-t", f"tts-vllm-omni:0.16.0-{DEFAULT_VARIANT}",
+                                          "."]
+    assert "# image build asserts vllm-omni == 0.16.0" in out
+    assert f"pinned at revision {REV}" in out
+    run = _line(out, "docker run -d")
+    name = run[run.index("--name") + 1]
+    assert run[run.index("--user") + 1] == f"{uid}:{gid}"  # writes the host user's cache as the host user
+    assert run[run.index("-p") + 1] == "127.0.0.1:18091:8091" and "--gpus" in run and "--ipc=host" in run
+    assert f"{cache}:/home/tts/.cache/huggingface" in run
+    assert f"{ctl}:/run/tts-control:ro" in run and "TTS_PREDICTOR_CONTROL=/run/tts-control/control.json" in run
+    assert "HF_HUB_OFFLINE=1" in run and "HF_TOKEN" not in run and "do-not-print-me" not in out
+    serve = run[run.index("serve") + 1:]
+    assert serve[0] == f"/home/tts/.cache/huggingface/hub/models--Qwen--Qwen3-TTS-12Hz-0.6B-Base/snapshots/{REV}"
+    for flag, val in (("--revision", REV), ("--tokenizer-revision", REV), ("--served-model-name", MODEL_NAME),
+                      ("--stage-configs-path", "/opt/tts-loadtest/stages/qwen3_tts_b64.yaml")):
+        assert serve[serve.index(flag) + 1] == val
+    fetch = _line(out, "docker run --rm")
+    assert "-e" in fetch and "HF_TOKEN" in fetch and f"revision='{REV}'" in fetch[-1]
+    assert f"created by you (uid {uid})" in out and "mounted read-only" in out
+    lines = out.splitlines()
+    assert lines[-2:] == [f"docker stop -t 30 {name} ", f"docker rm {name} "]  # graceful stop, then removal
+    assert "rm -f" not in out
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
+def test_serve_dry_run_of_an_upstream_version():
+    proc = _serve({"VLLM_OMNI": "0.30.0", "DEPLOY": "tts_loadtest_runner_v1.yaml", "MODEL_REVISION": REV},
+                  "--dry-run", "--env", "VLLM_LOGGING_LEVEL=DEBUG", "--", "--max-num-seqs", "8")
+    assert proc.returncode == 0, proc.stderr
+    build = _line(proc.stdout, "docker build")
+    assert build[2:4] == ["-f", "docker/Dockerfile.upstream"] and "VLLM_OMNI_VERSION=0.30.0" in build
+    run = _line(proc.stdout, "docker run -d")
+    assert "TTS_PREDICTOR_VARIANT" not in " ".join(run) and "VLLM_LOGGING_LEVEL=DEBUG" in run
+    serve = run[run.index("serve") + 1:]
+    assert serve[serve.index("--deploy-config") + 1] == "tts_loadtest_runner_v1.yaml" and "--log-stats" in serve
+    assert "--stage-configs-path" not in serve and serve[-2:] == ["--max-num-seqs", "8"]
+
+
+@pytest.mark.parametrize(("mode", "first"), [("--pull-only", "docker pull vllm/vllm-omni:v0.16.0"),
+                                             ("--build-only", "docker build -f docker/Dockerfile "),
+                                             ("--fetch-model", "mkdir -p ")])
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
+def test_serve_preparation_modes_print_only_their_commands(mode, first):
+    proc = _serve({"MODEL_REVISION": REV}, "--dry-run", mode)
+    assert proc.returncode == 0, proc.stderr
+    cmds = [ln for ln in proc.stdout.splitlines() if not ln.startswith("#")]
+    assert cmds[0].startswith(first) and "docker run -d" not in proc.stdout
+    assert len(cmds) == (2 if mode == "--fetch-model" else 1)
+
+
 @pytest.mark.parametrize(("env", "message"), [
     ({"VARIANT": "turbo"}, "VARIANT=turbo is not one of"),
     ({"HOST": "0.0.0.0"}, "loopback only"),
     ({"STAGES": "nope.yaml"}, "no such file"),
     ({"PORT": "99999"}, "not a port number"),
+    ({"VLLM_OMNI": "0.28.0"}, "VLLM_OMNI=0.28.0 is not one of 0.16.0 0.30.0 0.32.0rc1"),
+    ({"MODEL_REVISION": "main"}, "want the full 40-hex commit"),
+    ({"CONTROL_DIR": "/nonexistent-dir"}, "no such folder"),
+    ({"CONTROL_DIR": "/"}, "has no control.json"),
+    ({"VLLM_OMNI": "0.30.0", "CONTROL_DIR": "/tmp"}, "only vllm-omni 0.16.0 has"),
+    ({"VLLM_OMNI": "0.30.0", "DEPLOY": "../x.yaml"}, "want a file name"),
 ])
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_serve_refuses_bad_settings(env, message):
     proc = _serve(env, "--dry-run")
     assert proc.returncode != 0 and message in proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_serve_without_a_docker_engine_says_so(tmp_path):
     """Here the docker client exists but no engine (or no docker at all): a clear error, nothing started."""
     path = os.environ["PATH"] if shutil.which("docker") else str(tmp_path)
     proc = _serve({"VARIANT": "fixed", "PATH": f"{path}:/usr/bin:/bin"})
     assert proc.returncode != 0
     assert re.search(r"docker not found|Docker engine is not reachable|no NVIDIA runtime", proc.stderr), proc.stderr
+
+
+FAKE_DOCKER = r"""#!/bin/bash
+# test double of the docker client: logs every call, plays a healthy engine with one container
+echo "$*" >> "$FAKE_DIR/calls"
+case "$1 $2" in
+  "info --format") echo '{"nvidia":{"path":"nvidia-container-runtime"}}' ;;
+  "info "*|"image inspect") ;;
+  "container inspect") exit 1 ;;
+  "run -d") echo cafe ;;
+  "inspect -f") echo true ;;
+  "logs -f") while [ ! -f "$FAKE_DIR/stopped" ]; do sleep 0.1; done ;;
+  "stop -t") echo "stop-begin $4" >> "$FAKE_DIR/calls"; sleep "${FAKE_STOP_S:-0}"; touch "$FAKE_DIR/stopped" ;;
+  "rm "*) ;;
+  *) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def _fake_serve(tmp_path, stop_s: float):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "curl").write_text("#!/bin/sh\nexit 0\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    cache = tmp_path / "hf"
+    (cache / f"hub/models--Qwen--Qwen3-TTS-12Hz-0.6B-Base/snapshots/{REV}").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in SERVE_ENV}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_DIR=str(tmp_path), FAKE_STOP_S=str(stop_s),
+               MODEL_REVISION=REV, HF_CACHE=str(cache), PORT="18123")
+    proc = subprocess.Popen(["bash", str(DOCKER / "serve.sh")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for line in proc.stderr:  # the ready line comes after run -d and the (fake) health answer
+        if "serve.sh: ready at" in line:
+            return proc
+    raise AssertionError(f"serve.sh never became ready; exit {proc.wait()}")
+
+
+def _wait_for(path: Path, text: str, timeout_s: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        calls = path.read_text() if path.exists() else ""
+        if text in calls:
+            return calls
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+@pytest.mark.slow
+def test_serve_stops_gracefully_on_sigterm(tmp_path):
+    proc = _fake_serve(tmp_path, stop_s=0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    calls = _wait_for(tmp_path / "calls", "rm tts-vllm-omni-0.16.0-original-18123")
+    run = next(c for c in calls.splitlines() if c.startswith("run -d"))
+    assert f"--user {os.getuid()}:{os.getgid()}" in run and f"snapshots/{REV} " in run
+    lines = calls.splitlines()
+    assert lines.index("stop -t 30 tts-vllm-omni-0.16.0-original-18123") \
+        < lines.index("rm tts-vllm-omni-0.16.0-original-18123")
+    assert not any(c.startswith("rm -f") for c in lines)
+
+
+@pytest.mark.slow
+def test_graceful_stop_survives_the_runner_killing_serve_sh(tmp_path):
+    """The A/B runner SIGKILLs serve.sh's process group when a stop takes longer than it waits: the docker stop and
+    the removal run in their own session and still finish (no container left running, no /dev/shm leak)."""
+    proc = _fake_serve(tmp_path, stop_s=2)
+    proc.send_signal(signal.SIGTERM)
+    _wait_for(tmp_path / "calls", "stop-begin tts-vllm-omni-0.16.0-original-18123")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    calls = _wait_for(tmp_path / "calls", "rm tts-vllm-omni-0.16.0-original-18123")
+    assert (tmp_path / "stopped").exists() and "rm -f" not in calls

@@ -1,0 +1,628 @@
+"""Experiment files: one idea per file, two or more named arms, each arm a complete server spec.
+
+`python -m loadtest.experiment configs/experiments/X.yaml [--dry-run] [--simulate] [--port 8091]` validates the file
+and, with --dry-run, prints every command of every arm (image pull/build, model fetch, run on 127.0.0.1, health wait,
+graceful stop, removal) without running any. A bad file is one line on stderr naming the file and the key, exit 2.
+
+The A/B runner calls (the module has no other side effects):
+  load_experiment(path) -> Experiment             validated; raises ExperimentError (one line)
+  mission(a, b) -> Experiment                      today's `make ab A=... B=...`: the mission file, variants replaced
+  simulated(exp) -> Experiment                     every arm on the simulator (its `sim:` block), labelled simulated
+  images(exp, model_revision=None) -> [Command]    pull, build, fetch the model: run once before block 1, untimed
+  server_launch(arm, port, ...) -> Launch          argv + env of one block's server, its health URL and stop budget
+  check_evidence(arm, server_log_text, metrics_rows) -> (ok, reason)   the arm's manipulation check (pure)
+  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none)
+All docker commands are written in docker/serve.sh alone; an arm only chooses its environment and arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
+
+SCHEMA = "tts-experiment/1"
+ROOT = Path(__file__).resolve().parent.parent
+SERVE_SH = "docker/serve.sh"
+MISSION = "configs/experiments/mission-016-original-vs-fixed.yaml"
+# vllm-omni releases the suite has images for (docker/serve.sh SUPPORTED); the plugin exists for the first only.
+PLUGIN_VERSION = "0.16.0"
+UPSTREAM_VERSIONS = ("0.30.0", "0.32.0rc1")
+SUPPORTED_VERSIONS = (PLUGIN_VERSION, *UPSTREAM_VERSIONS)
+BACKENDS = ("vllm", "sim")
+HOST = "127.0.0.1"
+STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
+HEALTH_TIMEOUT_S = 1200  # first start of a block: model load + torch.compile + CUDA graphs (image and model are ready)
+_REVISION = re.compile(r"[0-9a-f]{40}")
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+(@sha256:[0-9a-f]{64})?")
+_DEPLOY = re.compile(r"[A-Za-z0-9_.-]+\.yaml")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ExperimentError(ValueError):
+    """A bad experiment file: the message is one line, `file: key: problem`."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What proves an arm was live. Every listed item must hold, and at least one positive item is required."""
+
+    sync_signature: str | None = None  # the plugin's sync counters equal this variant's closed form (0.16.0, sim)
+    log_present: tuple[str, ...] = ()  # regexes, each must match the server log
+    log_absent: tuple[str, ...] = ()  # regexes, none may match the server log
+    metric_present: tuple[str, ...] = ()  # sample names that must be exposed with a value > 0
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """How the simulator stands in for an arm (`--set section.key=value` overrides of ttssim)."""
+
+    variant: str = DEFAULT_VARIANT
+    config: str | None = None
+    set: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    label: str
+    backend: str
+    vllm_omni: str | None = None
+    base_image: str | None = None
+    variant: str | None = None  # 0.16.0 only (the plugin)
+    stages: str | None = None  # 0.16.0: a file of configs/stages/
+    deploy: str | None = None  # >= 0.30.0: a deploy file name (stock, or ours under configs/stages/deploy/<version>/)
+    server_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    evidence: Evidence = field(default_factory=Evidence)
+    sim: SimSpec | None = None
+    simulated_from: str | None = None  # set by simulated(): what this simulator arm stands in for
+
+    @property
+    def image(self) -> str | None:
+        """The image docker/serve.sh builds for this arm (its IMAGE default)."""
+        if self.backend != "vllm":
+            return None
+        return f"tts-vllm-omni:{self.vllm_omni}-{self.variant}" if self.vllm_omni == PLUGIN_VERSION \
+            else f"tts-vllm-omni:{self.vllm_omni}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    path: str
+    name: str
+    idea: str
+    scenario: str
+    rounds: int
+    aa_rounds: int
+    seed: int
+    primary_metric: str
+    arms: dict[str, Arm]
+    model: str = MODEL_NAME
+    model_revision: str | None = None
+    confounded: str | None = None  # arms on different releases: everything differs, the report must say so
+    simulated: bool = False
+
+    @property
+    def backends(self) -> set[str]:
+        return {a.backend for a in self.arms.values()}
+
+
+@dataclass(frozen=True)
+class Command:
+    """One preparation step (pull, build, fetch): run it with `env` added to the caller's environment."""
+
+    what: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One block's server: start argv with env added; ready when health_url answers 200; stop with SIGTERM to the
+    process group and allow stop_timeout_s before anything harder (serve.sh stops its container gracefully)."""
+
+    arm: str
+    argv: list[str]
+    env: dict[str, str]
+    health_url: str
+    base_url: str
+    stop_timeout_s: float
+    simulated: bool
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+class _Reader:
+    """Typed access to one mapping of the file, with errors that name the file and the full key."""
+
+    def __init__(self, path: str, data: Any, where: str = ""):
+        self.path, self.where = path, where
+        if not isinstance(data, dict):
+            self.fail(f"must be a mapping, got {type(data).__name__}")
+        self.data = data
+
+    def fail(self, msg: str):
+        raise ExperimentError(f"{self.path}: {self.where or '(top level)'}: {msg}")
+
+    def key(self, k: str) -> str:
+        return f"{self.where}.{k}" if self.where else k
+
+    def only(self, allowed: set[str]) -> None:
+        unknown = sorted(set(self.data) - allowed)
+        if unknown:
+            raise ExperimentError(f"{self.path}: {self.key(unknown[0])}: unknown key (allowed: {sorted(allowed)})")
+
+    def get(self, k: str, types: tuple, required: bool = False, default: Any = None) -> Any:
+        if k not in self.data or self.data[k] is None:
+            if required:
+                raise ExperimentError(f"{self.path}: {self.key(k)}: missing")
+            return default
+        v = self.data[k]
+        if isinstance(v, bool) and bool not in types or not isinstance(v, types):
+            raise ExperimentError(f"{self.path}: {self.key(k)}: want {'/'.join(t.__name__ for t in types)}, "
+                                  f"got {v!r}")
+        return v
+
+    def sub(self, k: str, required: bool = False) -> _Reader | None:
+        if k not in self.data or self.data[k] is None:
+            if required:
+                raise ExperimentError(f"{self.path}: {self.key(k)}: missing")
+            return None
+        return _Reader(self.path, self.data[k], self.key(k))
+
+    def strings(self, k: str) -> tuple[str, ...]:
+        v = self.get(k, (list,), default=[])
+        for i, item in enumerate(v):
+            if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+                raise ExperimentError(f"{self.path}: {self.key(k)}[{i}]: want a string, got {item!r}")
+        return tuple(str(x) for x in v)
+
+
+def _regexes(r: _Reader, k: str) -> tuple[str, ...]:
+    out = r.strings(k)
+    for i, pattern in enumerate(out):
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ExperimentError(f"{r.path}: {r.key(k)}[{i}]: not a regular expression ({e})") from None
+    return out
+
+
+def _evidence(r: _Reader | None, arm_where: str, path: str) -> Evidence:
+    if r is None:
+        raise ExperimentError(f"{path}: {arm_where}.evidence: missing (what proves this arm was live?)")
+    r.only({"sync_signature", "log_present", "log_absent", "metric_present"})
+    sig = r.get("sync_signature", (str,))
+    if sig is not None and sig not in VARIANT_NAMES:
+        r.fail(f"sync_signature {sig!r} is not one of {list(VARIANT_NAMES)}")
+    ev = Evidence(sig, _regexes(r, "log_present"), _regexes(r, "log_absent"), r.strings("metric_present"))
+    if not (ev.sync_signature or ev.log_present or ev.metric_present):
+        r.fail("no positive evidence: give sync_signature, log_present or metric_present "
+               "(log_absent alone proves nothing: an empty log has no line of any kind)")
+    return ev
+
+
+def _sim_spec(r: _Reader | None) -> SimSpec | None:
+    if r is None:
+        return None
+    r.only({"variant", "config", "set"})
+    variant = r.get("variant", (str,), default=DEFAULT_VARIANT)
+    if variant not in VARIANT_NAMES:
+        r.fail(f"variant {variant!r} is not one of {list(VARIANT_NAMES)}")
+    config = r.get("config", (str,))
+    sets = r.strings("set")
+    from ttssim.config import load_config  # plain YAML + dataclasses, no torch
+
+    if config is not None and not (ROOT / config).is_file():
+        raise ExperimentError(f"{r.path}: {r.key('config')}: no such file {config}")
+    try:
+        load_config(ROOT / config if config else None, list(sets))
+    except (ValueError, OSError) as e:
+        raise ExperimentError(f"{r.path}: {r.key('set')}: {e}") from None
+    return SimSpec(variant, config, sets)
+
+
+def _arm(path: str, name: str, r: _Reader) -> Arm:
+    r.only({"label", "backend", "vllm_omni", "base_image", "variant", "stages", "deploy", "server_args", "env",
+            "evidence", "sim"})
+    backend = r.get("backend", (str,), required=True)
+    if backend not in BACKENDS:
+        r.fail(f"backend {backend!r} is not one of {list(BACKENDS)}")
+    label = r.get("label", (str,), default=name)
+    env_r = r.sub("env")
+    env: list[tuple[str, str]] = []
+    if env_r is not None:
+        for k, v in env_r.data.items():
+            if not isinstance(k, str) or not _ENV_KEY.fullmatch(k):
+                raise ExperimentError(f"{path}: {env_r.key(str(k))}: not an environment variable name")
+            if isinstance(v, (dict, list)) or v is None:
+                raise ExperimentError(f"{path}: {env_r.key(k)}: want a scalar value, got {v!r}")
+            env.append((k, str(v).lower() if isinstance(v, bool) else str(v)))
+    evidence = _evidence(r.sub("evidence"), r.where, path)
+    sim = _sim_spec(r.sub("sim"))
+    if backend == "sim":
+        for k in ("vllm_omni", "base_image", "variant", "stages", "deploy", "server_args", "env"):
+            if r.data.get(k) not in (None, [], {}):
+                raise ExperimentError(f"{path}: {r.key(k)}: a sim arm takes its settings from `sim:` only")
+        if sim is None:
+            r.fail("a sim arm needs `sim:` (variant, config, set)")
+        return Arm(name, label, "sim", variant=sim.variant, evidence=evidence, sim=sim)
+
+    version = str(r.get("vllm_omni", (str, float), required=True))
+    if version not in SUPPORTED_VERSIONS:
+        raise ExperimentError(f"{path}: {r.key('vllm_omni')}: {version} has no image here "
+                              f"(supported: {list(SUPPORTED_VERSIONS)})")
+    base_image = r.get("base_image", (str,), required=True)
+    if not _IMAGE.fullmatch(base_image) or base_image.endswith(":latest"):
+        raise ExperimentError(f"{path}: {r.key('base_image')}: want a pinned repo:tag[@sha256:digest], "
+                              f"got {base_image!r}")
+    tag = base_image.split("@")[0].rsplit(":", 1)[1]
+    if tag.lstrip("v") != version:
+        raise ExperimentError(f"{path}: {r.key('base_image')}: tag {tag} does not match vllm_omni {version}")
+    server_args = r.strings("server_args")
+    for i, a in enumerate(server_args):
+        if a in ("--host", "--port", "--stage-configs-path", "--deploy-config", "--served-model-name", "--revision",
+                 "--tokenizer-revision") or a.split("=")[0] in ("--host", "--port"):
+            raise ExperimentError(f"{path}: {r.key('server_args')}[{i}]: {a} is set by docker/serve.sh; "
+                                  "use the arm's own key (stages/deploy) or the experiment's model")
+    if version == PLUGIN_VERSION:
+        variant = r.get("variant", (str,), default=DEFAULT_VARIANT)
+        if variant not in VARIANT_NAMES:
+            r.fail(f"variant {variant!r} is not one of {list(VARIANT_NAMES)}")
+        stages = r.get("stages", (str,), required=True)
+        if not (ROOT / "configs/stages" / stages).is_file() or "/" in stages:
+            raise ExperimentError(f"{path}: {r.key('stages')}: no such file in configs/stages/: {stages}")
+        if r.data.get("deploy") is not None:
+            raise ExperimentError(f"{path}: {r.key('deploy')}: vllm-omni 0.16.0 has no deploy files (use stages)")
+        if evidence.sync_signature not in (None, variant):
+            raise ExperimentError(f"{path}: {r.key('evidence.sync_signature')}: {evidence.sync_signature} "
+                                  f"but the arm runs variant {variant}")
+        return Arm(name, label, "vllm", version, base_image, variant, stages, None, server_args, tuple(env),
+                   evidence, sim)
+    for k in ("variant", "stages"):
+        if r.data.get(k) is not None:
+            raise ExperimentError(f"{path}: {r.key(k)}: only vllm-omni {PLUGIN_VERSION} has the plugin and stage "
+                                  f"configs; {version} has nothing to patch (use deploy)")
+    if evidence.sync_signature is not None:
+        raise ExperimentError(f"{path}: {r.key('evidence.sync_signature')}: vllm-omni {version} runs no plugin, "
+                              "so there are no sync counters; use log_present/metric_present")
+    deploy = r.get("deploy", (str,), default="qwen3_tts.yaml")
+    if not _DEPLOY.fullmatch(deploy):
+        raise ExperimentError(f"{path}: {r.key('deploy')}: want a deploy file name, got {deploy!r}")
+    if deploy.startswith("tts_loadtest_") and not (ROOT / "configs/stages/deploy" / version / deploy).is_file():
+        raise ExperimentError(f"{path}: {r.key('deploy')}: no such overlay configs/stages/deploy/{version}/{deploy}")
+    return Arm(name, label, "vllm", version, base_image, None, None, deploy, server_args, tuple(env), evidence, sim)
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment file; every problem is an ExperimentError naming the file and the key."""
+    p = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ExperimentError(f"{p}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(top level)"
+        raise ExperimentError(f"{p}: {where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    r = _Reader(p, data)
+    r.only({"schema", "name", "idea", "scenario", "design", "primary_metric", "model", "confounded", "arms"})
+    if r.get("schema", (str,), required=True) != SCHEMA:
+        r.fail(f"schema must be {SCHEMA!r}")
+    name = r.get("name", (str,), required=True)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+        raise ExperimentError(f"{p}: name: want lower-case letters, digits, . _ -, got {name!r}")
+    idea = r.get("idea", (str,), required=True).strip()
+    scenario = r.get("scenario", (str,), required=True)
+    from loadtest.scenario import ScenarioError, load_scenario
+
+    if not (ROOT / scenario).is_file():
+        raise ExperimentError(f"{p}: scenario: no such file {scenario}")
+    try:
+        load_scenario(str(ROOT / scenario))
+    except (ScenarioError, ValueError, OSError) as e:
+        raise ExperimentError(f"{p}: scenario: {str(e).splitlines()[0]}") from None
+    design = r.sub("design", required=True)
+    design.only({"rounds", "aa_rounds", "seed"})
+    rounds = design.get("rounds", (int,), required=True)
+    aa_rounds = design.get("aa_rounds", (int,), default=1)
+    seed = design.get("seed", (int,), required=True)
+    if rounds < 1 or aa_rounds < 0:
+        design.fail("rounds must be >= 1 and aa_rounds >= 0")
+    primary = r.get("primary_metric", (str,), required=True)
+    from loadtest.measures import METRICS, VERDICT_METRICS
+
+    if primary not in VERDICT_METRICS:
+        raise ExperimentError(f"{p}: primary_metric: {primary!r} is not one of {list(VERDICT_METRICS)}"
+                              + (" (it has no verdict)" if primary in METRICS else ""))
+    model, revision = MODEL_NAME, None
+    m = r.sub("model")
+    if m is not None:
+        m.only({"name", "revision"})
+        model = m.get("name", (str,), default=MODEL_NAME)
+        revision = m.get("revision", (str,))
+        if revision is not None and not _REVISION.fullmatch(revision):
+            raise ExperimentError(f"{p}: model.revision: want the 40-hex commit of {model}, got {revision!r}")
+    arms_r = r.sub("arms", required=True)
+    if len(arms_r.data) < 2:
+        arms_r.fail("an experiment needs two or more arms")
+    arms = {}
+    for arm_name in arms_r.data:
+        if not isinstance(arm_name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", arm_name):
+            raise ExperimentError(f"{p}: arms.{arm_name}: want an arm name of letters, digits, _ -")
+        arms[arm_name] = _arm(p, arm_name, arms_r.sub(arm_name, required=True))
+    labels = [a.label for a in arms.values()]
+    if len(set(labels)) != len(labels):
+        arms_r.fail(f"arm labels must differ, got {labels}")
+    confounded = r.get("confounded", (str,))
+    versions = {a.vllm_omni for a in arms.values() if a.backend == "vllm"}
+    if len(versions) > 1 and not confounded:
+        raise ExperimentError(f"{p}: confounded: missing: arms run different vllm-omni releases "
+                              f"({sorted(versions)}), so everything differs, not one function; say so in "
+                              "`confounded:` (the report prints it)")
+    if {a.backend for a in arms.values()} == {"vllm", "sim"}:
+        arms_r.fail("mixes vllm and sim arms: a simulator is no control for a GPU server (use --simulate)")
+    return Experiment(p, name, idea, scenario, rounds, aa_rounds, seed, primary, arms, model, revision,
+                      confounded.strip() if confounded else None, simulated=all(a.backend == "sim"
+                                                                                  for a in arms.values()))
+
+
+def mission(a: str = "original", b: str = "fixed", path: str | Path = ROOT / MISSION) -> Experiment:
+    """`make ab A=... B=...`: the mission's experiment with its two arms' variants set to a and b."""
+    exp = load_experiment(path)
+    arms = {}
+    for (name, arm), variant in zip(exp.arms.items(), (a, b), strict=True):
+        if variant not in VARIANT_NAMES:
+            raise ExperimentError(f"{exp.path}: arms.{name}.variant: {variant!r} is not one of {list(VARIANT_NAMES)}")
+        ev = replace(arm.evidence, sync_signature=variant)
+        sim = replace(arm.sim, variant=variant) if arm.sim else None
+        arms[name] = replace(arm, label=variant, variant=variant, evidence=ev, sim=sim)
+    if a == b:
+        raise ExperimentError(f"{exp.path}: arms: A and B are both {a!r} (an A/A run is the design's aa_rounds)")
+    return replace(exp, arms=arms)
+
+
+def simulated(exp: Experiment) -> Experiment:
+    """Every vllm arm replaced by its `sim:` stand-in, labelled simulated: the pipeline runs here, proves nothing
+    about vllm-omni. The evidence becomes the simulator's sync signature of the stand-in's variant."""
+    arms = {}
+    for name, arm in exp.arms.items():
+        if arm.backend == "sim":
+            arms[name] = arm
+            continue
+        if arm.sim is None:
+            raise ExperimentError(f"{exp.path}: arms.{name}.sim: missing: this arm cannot be simulated")
+        what = f"vllm-omni {arm.vllm_omni} {arm.variant or arm.deploy}"
+        arms[name] = Arm(name, arm.label, "sim", variant=arm.sim.variant, sim=arm.sim,
+                         evidence=Evidence(sync_signature=arm.sim.variant), simulated_from=what)
+    return replace(exp, arms=arms, simulated=True)
+
+
+# ----------------------------------------------------------------------------------------------- commands
+
+
+def _serve_env(arm: Arm, exp_model: str, revision: str | None, port: int) -> dict[str, str]:
+    env = {"VLLM_OMNI": arm.vllm_omni or "", "BASE_IMAGE": arm.base_image or "", "PORT": str(port), "HOST": HOST,
+           "MODEL": exp_model, "STOP_GRACE_S": str(STOP_GRACE_S), "HEALTH_TIMEOUT_S": str(HEALTH_TIMEOUT_S)}
+    if arm.vllm_omni == PLUGIN_VERSION:
+        env.update(VARIANT=arm.variant or DEFAULT_VARIANT, STAGES=arm.stages or "")
+    else:
+        env["DEPLOY"] = arm.deploy or "qwen3_tts.yaml"
+    if revision:
+        env["MODEL_REVISION"] = revision
+    return env
+
+
+def _serve_argv(arm: Arm, mode: str | None = None) -> list[str]:
+    argv = ["bash", SERVE_SH] + ([mode] if mode else [])
+    for k, v in arm.env:
+        argv += ["--env", f"{k}={v}"]
+    if arm.server_args and mode is None:
+        argv += ["--", *arm.server_args]
+    return argv
+
+
+def _revision(exp: Experiment, model_revision: str | None) -> str | None:
+    return model_revision or exp.model_revision or os.environ.get("MODEL_REVISION") or None
+
+
+def images(exp: Experiment, model_revision: str | None = None) -> list[Command]:
+    """What must exist before block 1 (outside every ready timeout): each base image pulled, each of our images
+    built, the model fetched at the pinned revision. Empty for a simulated experiment."""
+    cmds: list[Command] = []
+    seen: set[str] = set()
+    revision = _revision(exp, model_revision)
+    first = None
+    for arm in exp.arms.values():
+        if arm.backend != "vllm" or arm.image in seen:
+            continue
+        seen.add(arm.image)
+        first = first or arm
+        env = _serve_env(arm, exp.model, revision, 8091)
+        if arm.base_image not in {c.env.get("BASE_IMAGE") for c in cmds if c.what.startswith("pull")}:
+            cmds.append(Command(f"pull {arm.base_image}", _serve_argv(arm, "--pull-only"), env))
+        cmds.append(Command(f"build {arm.image}", _serve_argv(arm, "--build-only"), env))
+    if first is not None:
+        cmds.append(Command(f"fetch {exp.model}@{revision or '<MODEL_REVISION>'}",
+                            _serve_argv(first, "--fetch-model"), _serve_env(first, exp.model, revision, 8091)))
+    return cmds
+
+
+def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str | None = None,
+                  control_dir: str | None = None, port_file: str | None = None) -> Launch:
+    """How to start this arm's server for one block on 127.0.0.1:port. The caller starts argv in its own process
+    group with env added to its environment, waits for health_url, and stops it with SIGTERM + stop_timeout_s."""
+    base = f"http://{HOST}:{port}"
+    if arm.backend == "sim":
+        sim = arm.sim or SimSpec(arm.variant or DEFAULT_VARIANT)
+        argv = [sys.executable, "-m", "ttssim", "--variant", sim.variant, "--host", HOST, "--port", str(port)]
+        if sim.config:
+            argv += ["--config", sim.config]
+        for s in sim.set:
+            argv += ["--set", s]
+        if port_file:
+            argv += ["--port-file", port_file]
+        return Launch(arm.name, argv, {}, base + "/health", base, 15.0, simulated=True)
+    env = _serve_env(arm, exp.model, _revision(exp, model_revision), port)
+    if control_dir:
+        if arm.vllm_omni != PLUGIN_VERSION:
+            raise ExperimentError(f"{exp.path}: arms.{arm.name}: a control channel needs the plugin "
+                                  f"(vllm-omni {PLUGIN_VERSION})")
+        env["CONTROL_DIR"] = control_dir
+    # serve.sh needs STOP_GRACE_S for docker stop plus a few seconds for docker rm and its own exit
+    return Launch(arm.name, _serve_argv(arm), env, base + "/health", base, STOP_GRACE_S + 15.0, simulated=False)
+
+
+def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None) -> str:
+    """Every command of every arm, in the order a run would use them; nothing is started."""
+    out = [f"# experiment {exp.name} ({exp.path}): {exp.idea}",
+           f"# scenario {exp.scenario}; design: {exp.aa_rounds} A/A + {exp.rounds} A/B rounds, seed {exp.seed}; "
+           f"primary metric {exp.primary_metric}"]
+    if exp.simulated:
+        out.append("# SIMULATED: every arm runs on ttssim (modelled timings), NOT on vllm-omni")
+    if exp.confounded:
+        out.append(f"# CONFOUNDED: {exp.confounded}")
+    prep = images(exp, model_revision)
+    if prep:
+        out.append("## before block 1 (untimed): images and model")
+        for c in prep:
+            out.append(f"# {c.what}: {' '.join(f'{k}={shlex.quote(v)}' for k, v in c.env.items())} "
+                       f"{shlex.join(c.argv)}")
+    for arm in exp.arms.values():
+        launch = server_launch(exp, arm, port, model_revision=model_revision)
+        out.append(f"## arm {arm.name} ({arm.label}): " + (
+            f"SIMULATED stand-in for {arm.simulated_from}" if arm.simulated_from else
+            "SIMULATED (ttssim)" if arm.backend == "sim" else
+            f"vllm-omni {arm.vllm_omni}, image {arm.image} on {arm.base_image}"))
+        out.append(f"# evidence: {_describe(arm.evidence)}")
+        if arm.backend == "sim":
+            out.append(shlex.join(launch.argv))
+            out.append(f"# health: poll {launch.health_url}; stop: SIGTERM")
+            continue
+        proc = subprocess.run(launch.argv[:2] + ["--dry-run"] + launch.argv[2:], cwd=ROOT,
+                              env={**os.environ, **launch.env}, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise ExperimentError(f"{exp.path}: arms.{arm.name}: docker/serve.sh refused: "
+                                  f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+        out.append(proc.stdout.rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _describe(ev: Evidence) -> str:
+    parts = []
+    if ev.sync_signature:
+        parts.append(f"sync counters = {ev.sync_signature}'s closed form")
+    parts += [f"log has /{p}/" for p in ev.log_present] + [f"log lacks /{p}/" for p in ev.log_absent]
+    parts += [f"metric {m} > 0" for m in ev.metric_present]
+    return "; ".join(parts)
+
+
+def arm_manifest(arm: Arm) -> dict[str, Any]:
+    """The arm as the run manifest records it; says whether our plugin is in the image, and why not when it is not."""
+    if arm.backend == "sim":
+        return {"arm": arm.name, "label": arm.label, "backend": "sim", "simulated": True,
+                "simulated_from": arm.simulated_from, "variant": arm.variant,
+                "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
+                "evidence": _describe(arm.evidence)}
+    plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
+              f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
+    return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
+            "base_image": arm.base_image, "image": arm.image, "plugin": plugin, "stages": arm.stages,
+            "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
+            "evidence": _describe(arm.evidence)}
+
+
+# ----------------------------------------------------------------------------------------------- evidence
+
+
+def _sum(rows, name: str) -> float | None:
+    vals = [float(v) for n, _, v in rows if n == name]
+    return sum(vals) if vals else None
+
+
+def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tuple[bool, str]:
+    """The arm's manipulation check over one block: its server log and its last /metrics snapshot.
+
+    metrics_samples: rows (sample name, labels, value) of one scrape at the block's end (loadtest.scraper
+    parse_metrics(text)[1]); the server is fresh per block, so counters are the block's totals. A block whose arm
+    fails this check is invalid: the reason says which item failed.
+    """
+    ev = arm.evidence
+    log = server_log_text or ""
+    rows = list(metrics_samples or [])
+    for pattern in ev.log_present:
+        if not re.search(pattern, log, re.M):
+            return False, f"the server log has no line matching /{pattern}/"
+    for pattern in ev.log_absent:
+        m = re.search(pattern, log, re.M)
+        if m:
+            end = log.find("\n", m.end())
+            line = log[log.rfind("\n", 0, m.start()) + 1:len(log) if end < 0 else end].strip()
+            return False, f"the server log has a line matching /{pattern}/: {line[:200]}"
+    for name in ev.metric_present:
+        v = _sum(rows, name)
+        if v is None:
+            return False, f"metric {name} is not exposed"
+        if v <= 0:
+            return False, f"metric {name} is {v:g}, not > 0"
+    if ev.sync_signature:
+        from loadtest.records import SYNC_TOLERANCE
+        from tts_predictor import metrics as pm
+
+        variants = {labels.get("variant") for n, labels, _ in rows if n in (pm.INFO, pm.CALLS) and labels.get("variant")}
+        if variants != {ev.sync_signature}:
+            return False, (f"the server reports variant(s) {sorted(variants)}, expected {ev.sync_signature}"
+                           if variants else "the server exposes no tts_predictor counters (plugin not loaded?)")
+        syncs, calls, tokens = (_sum(rows, n) for n in (pm.SYNCS, pm.OBSERVED_CALLS, pm.OBSERVED_TOKENS))
+        if syncs is None or calls is None or tokens is None:
+            return False, "the sync counters are missing"
+        if calls <= 0:
+            return False, "no call was observed by the sync sampler"
+        expected = pm.expected_syncs(ev.sync_signature, calls, tokens)
+        if abs(syncs - expected) > SYNC_TOLERANCE * max(expected, 1.0):
+            return False, (f"{syncs:g} syncs over {calls:g} observed calls ({tokens:g} tokens); "
+                           f"{ev.sync_signature} means {expected:g}")
+    return True, "evidence holds: " + _describe(ev)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m loadtest.experiment", description=__doc__.splitlines()[0])
+    p.add_argument("file", help="configs/experiments/<name>.yaml")
+    p.add_argument("--dry-run", action="store_true", help="print every command of every arm, run none")
+    p.add_argument("--simulate", action="store_true", help="every arm on the simulator (its sim: block)")
+    p.add_argument("--port", type=int, default=8091)
+    p.add_argument("--model-revision", default=None, help="default: the file's model.revision, then $MODEL_REVISION")
+    args = p.parse_args(argv)
+    try:
+        exp = load_experiment(args.file)
+        if args.simulate:
+            exp = simulated(exp)
+        if args.dry_run:
+            sys.stdout.write(dry_run(exp, args.port, args.model_revision))
+        else:
+            kinds = ", ".join(f"{a.name}={a.label} ({a.backend}{' ' + a.vllm_omni if a.vllm_omni else ''})"
+                              for a in exp.arms.values())
+            print(f"{exp.path}: ok: {exp.name}: {kinds}{' [SIMULATED]' if exp.simulated else ''}")
+    except ExperimentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The metric table: what the statistics compute per block and level, and which direction is better.
+
+One definition that the experiment files (primary_metric), the statistics and the report all read; it lives with the
+load side (plain Python, no numpy) so that validating an experiment never imports the statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the metric table: the single definition every other module refers to."""
+
+    key: str
+    label: str
+    unit: str
+    better: str  # "higher" | "lower": which direction is "B faster"
+    definition: str
+    verdict: bool = True  # relative differences make sense (not for a rate that is usually 0)
+
+
+# The definitions of every metric: per block and concurrency level, measure phase only.
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric("throughput_rps", "throughput", "req/s", "higher",
+           "ok requests per second inside the measure window (between the scraper's start and end snapshots), each "
+           "request counted for the share of its lifetime inside the window; without snapshots: ok requests started "
+           "in the measure phase / counters' duration_s"),
+    Metric("audio_throughput", "audio throughput", "audio-s/s", "higher",
+           "audio seconds per second, each ok request's audio_s weighted by the same lifetime share"),
+    Metric("e2e_p50", "p50 latency", "s", "lower", "median end-to-end latency of ok measure requests"),
+    Metric("e2e_p90", "p90 latency", "s", "lower", "90th percentile end-to-end latency (numpy linear interpolation)"),
+    Metric("e2e_p99", "p99 latency", "s", "lower", "99th percentile end-to-end latency (numpy linear interpolation)"),
+    Metric("ttfa_p50", "p50 time to first audio", "s", "lower",
+           "median time to the first non-empty audio chunk (streaming requests; null when none streamed)"),
+    Metric("rtf_p50", "p50 real-time factor", "", "lower", "median of e2e_s / audio_s per ok request"),
+    Metric("error_rate", "error rate", "", "lower", "failed / all requests of the measure phase", verdict=False),
+)}
+VERDICT_METRICS = tuple(k for k, m in METRICS.items() if m.verdict)
+PRIMARY_METRIC = "throughput_rps"
