@@ -155,7 +155,7 @@ def _first_n(power_at, lo: int = 2, hi: int = MAX_UNITS) -> int | None:
 
 
 def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float, margin_log: float,
-                  unit: str = "round") -> tuple[int | None, str]:
+                  unit: str = "round", alpha_equivalence: float | None = None) -> tuple[int | None, str]:
     """About how many more units (rounds or starts) would settle an undecided comparison, and what that assumes.
 
     The spread is taken at its one-sided 80 % upper confidence bound (chi-square on n-1 df), not at its estimate:
@@ -163,7 +163,9 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
     the cases. Two targets: a claim (80 % power of the two-sided t test if the true ratio is the current estimate)
     and equivalence within the margin (80 % power of TOST at the current estimate, when it lies inside the margin).
     The nearer one is returned. It is a plan, not a promise: the estimate it assumes is itself uncertain.
+    alpha is the claim's level (alpha/L for Holm's strictest step over L levels); alpha_equivalence defaults to it.
     """
+    alpha_eq = alpha if alpha_equivalence is None else alpha_equivalence
     if n < 2 or sd_log is None:
         need = max(2 - n, 1)
         return need, f"no spread yet: {_plural(need, unit)} give the first estimate of it"
@@ -181,7 +183,7 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
             targets.append((k, f"a claim if the true ratio is ×{math.exp(mean_log):.4f}"))
     if margin_log > m:
         def tost_power(k: int) -> float:
-            tc = _t_quantile(k - 1, 1 - alpha)
+            tc = _t_quantile(k - 1, 1 - alpha_eq)
             p1 = 1.0 - float(sc.nctdtr(k - 1, (margin_log + m) * math.sqrt(k) / sd_up, tc))
             p2 = 1.0 - float(sc.nctdtr(k - 1, (margin_log - m) * math.sqrt(k) / sd_up, tc))
             return max(0.0, p1 + p2 - 1.0)
@@ -360,7 +362,14 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None) -> dict
         else:
             kind = "inconclusive"
         row["kind"] = kinds[lv] = kind
-        row["rounds_needed"] = 0 if kind != "inconclusive" else r["rounds_needed"]
+        row["rounds_needed"], row["rounds_needed_assumption"] = 0, ""
+        if kind == "inconclusive" and r["n"] >= 2:  # a claim must pass Holm's strictest step: alpha / L
+            row["rounds_needed"], why = rounds_needed(r["n"], r["mean_log"], r["sd_log"], alpha=alpha / n_tested,
+                                                      alpha_equivalence=alpha, margin_log=r["margin_log"],
+                                                      unit=r["unit"])
+            row["rounds_needed_assumption"] = f"{why}; claim at alpha/{n_tested} = {alpha / n_tested:.3g} (Holm)"
+        elif kind == "inconclusive":
+            row["rounds_needed"], row["rounds_needed_assumption"] = r["rounds_needed"], r["rounds_needed_assumption"]
         row["text"] = r["text"] if kind == r["kind"] else f"{kind} after Holm: {r['text']}"
         per_level[lv] = row
     kind, text = _headline(kinds)
