@@ -543,7 +543,7 @@ def planning(B: Bench) -> None:
             oracle = next(k for k in range(2, 1000) if tost_power(math.log1p(MARGIN / 100) / sd, k) >= inf.POWER)
         B.value(sec, name, "advice", f"median {np.median(advised):.0f} more rounds, 90th percentile "
                 f"{np.percentile(advised, 90):.0f}; {over} of {asked} advised more than {cap} (not run); knowing "
-                f"the true effect and sd, {oracle} rounds in all give {inf.POWER:.0%} power")
+                f"the true effect and sd, {oracle} rounds in all give {100 * inf.POWER:.0f} % power")
         if eff == 0:
             B.rate(sec, name, "false difference claims over pilot + extension (two looks)", false, B.trials,
                    "reported (a second look: see method)")
@@ -574,7 +574,7 @@ def markdown(B: Bench, seconds: float, command: str) -> str:
         "Model unless a row says otherwise: ln A_r = ln 100 + u_r + e_Ar, ln B_r = ln 100 + u_r + δ + e_Br, with a "
         f"shared round effect u_r ~ N(0, {ROUND_SD}²) (cancels in the pair) and arm noise such that d_r = ln(B_r/A_r)"
         f" has sd {SD} (\"1 sd\" below = 1 % on the ratio). Margin ±{MARGIN:g} % (ratio in [1/1.01, 1.01]), "
-        f"confidence {CONF:.0%}. \"ok\": the Wilson interval reaches the target (≤ 5 %: its lower end ≤ 5 %; ≥ 93 %: "
+        f"confidence {100 * CONF:.0f} %. \"ok\": the Wilson interval reaches the target (≤ 5 %: its lower end ≤ 5 %; ≥ 93 %: "
         "its upper end ≥ 93 %); a blank ok is a number reported for comparison, not a test.",
         "",
     ]

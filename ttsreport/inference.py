@@ -159,8 +159,7 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
     """About how many more units (rounds or starts) would settle an undecided comparison, and what that assumes.
 
     The spread is taken at its one-sided 80 % upper confidence bound (chi-square on n-1 df), not at its estimate:
-    with a handful of rounds the estimate is low half the time, which is why "N more" used to settle only about half
-    the cases. Two targets: a claim (80 % power of the two-sided t test if the true ratio is the current estimate)
+    with a handful of rounds the estimate is low about half the time, and a plan on it falls short as often. Two targets: a claim (80 % power of the two-sided t test if the true ratio is the current estimate)
     and equivalence within the margin (80 % power of TOST at the current estimate, when it lies inside the margin).
     The nearer one is returned. It is a plan, not a promise: the estimate it assumes is itself uncertain.
     alpha is the claim's level (alpha/L for Holm's strictest step over L levels); alpha_equivalence defaults to it.
@@ -191,14 +190,14 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
         if k is not None:
             targets.append((k, f"equivalence within ±{100 * math.expm1(margin_log):.3g} % if the true ratio is "
                                f"×{math.exp(mean_log):.4f}"))
-    spread = (f"per-{unit} spread of ln(B/A) at most {sd_up:.4g} (the one-sided {SPREAD_BOUND:.0%} upper bound of "
+    spread = (f"per-{unit} spread of ln(B/A) at most {sd_up:.4g} (the one-sided {100 * SPREAD_BOUND:.0f} % upper bound of "
               f"the observed {sd_log:.4g} over {n} {unit}s)")
     if not targets:
         return None, (f"out of reach within {MAX_UNITS} {unit}s: the estimate sits on the margin or at exactly 1, "
                       f"assuming a {spread}")
     k, what = min(targets)
     need = max(k - n, 1)
-    return need, (f"{_plural(need, unit)} ({k} in all) for {POWER:.0%} power to reach {what}, assuming a {spread}; "
+    return need, (f"{_plural(need, unit)} ({k} in all) for {100 * POWER:.0f} % power to reach {what}, assuming a {spread}; "
                   f"a fresh look after extending is a second test (see docs/method.md, sequential rounds)")
 
 
@@ -349,7 +348,8 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None) -> dict
     per_level, kinds = {}, {}
     for lv, p_holm in zip(levels, adjusted, strict=True):
         r = results_by_level[lv]
-        row = {k: r[k] for k in ("ratio", "ci", "ci_tost", "p_value", "p_tost", "n", "unit", "equivalent", "gain")}
+        row = {k: r[k] for k in ("ratio", "ci", "ci_tost", "p_value", "p_tost", "n", "unit", "equivalent", "gain",
+                                 "mean_log", "sd_log", "se", "df", "margin_pct")}
         row["p_holm"] = p_holm
         row["ci_simultaneous"] = None
         if r["se"] is not None and n_tested:
@@ -384,7 +384,7 @@ def mark_secondary(result: dict) -> dict:
     out = dict(result)
     out["role"] = "secondary"
     out["corrected"] = False
-    out["text"] = f"{result['text']} (secondary metric, {result['confidence']:.0%} interval, uncorrected)"
+    out["text"] = f"{result['text']} (secondary metric, {100 * result['confidence']:.0f} % interval, uncorrected)"
     return out
 
 
