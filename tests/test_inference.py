@@ -1,0 +1,477 @@
+"""ttsreport.inference: each rule on hand-made and seeded synthetic data with known answers (fast, no processes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from ttsreport import inference as inf
+
+KW = {"higher_is_better": True, "margin_pct": 1.0, "confidence": 0.95}
+
+
+def pair(rng, n, effect, sd=0.01):
+    """Paired rounds with a shared round effect: d = ln(B/A) ~ N(effect, sd)."""
+    a = 100.0 * np.exp(rng.normal(0, 0.03, n))
+    return a, a * np.exp(rng.normal(effect, sd, n))
+
+
+# ----------------------------------------------------------------------------------------------- the estimand
+
+
+def test_one_estimand_on_the_log_scale_matches_scipy():
+    rng = np.random.default_rng(1)
+    a, b = pair(rng, 7, 0.05)
+    r = inf.compare_rounds(a, b, **KW)
+    d = np.log(b / a)
+    lo, hi = sps.t.interval(0.95, 6, loc=d.mean(), scale=sps.sem(d))
+    assert r["ratio"] == pytest.approx(math.exp(d.mean()))
+    assert r["ci"] == pytest.approx([math.exp(lo), math.exp(hi)])
+    assert r["p_value"] == pytest.approx(sps.ttest_1samp(d, 0.0).pvalue)
+    tlo, thi = sps.t.interval(0.90, 6, loc=d.mean(), scale=sps.sem(d))
+    assert r["ci_tost"] == pytest.approx([math.exp(tlo), math.exp(thi)])
+    delta = math.log(1.01)
+    p_tost = max(sps.t.sf((d.mean() + delta) / sps.sem(d), 6), sps.t.sf((delta - d.mean()) / sps.sem(d), 6))
+    assert r["p_tost"] == pytest.approx(p_tost)
+    assert (r["n"], r["df"], r["unit"]) == (7, 6, "round")
+    assert r["sd_log"] == pytest.approx(d.std(ddof=1)) and r["se"] == pytest.approx(sps.sem(d))
+
+
+def test_text_reads_the_same_for_throughput_and_latency():
+    rng = np.random.default_rng(2)
+    a = 100.0 * np.exp(rng.normal(0, 0.03, 8))
+    noise = np.exp(rng.normal(0, 0.005, 8))
+    thr = inf.compare_rounds(a, a * 1.23 * noise, **KW | {"higher_is_better": True}, label="throughput")
+    lat = inf.compare_rounds(a, a / 1.23 * noise, **KW | {"higher_is_better": False}, label="p50 latency")
+    assert thr["kind"] == lat["kind"] == "faster"
+    assert thr["text"].startswith("faster: B throughput ×1.2") and "x faster)" in thr["text"]
+    assert lat["text"].startswith("faster: B p50 latency ×0.8") and "(B 1.2" in lat["text"]
+    assert thr["gain"] == pytest.approx(lat["gain"], rel=0.02)
+    slow = inf.compare_rounds(a, a * 1.23 * noise, **KW | {"higher_is_better": False}, label="p50 latency")
+    assert slow["kind"] == "slower" and "x slower)" in slow["text"]
+
+
+def test_decision_is_the_t_test_and_no_floor_moves_it():
+    """faster/slower exactly when the two-sided t test rejects at alpha, on many random data sets."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(2, 12))
+        a, b = pair(rng, n, float(rng.normal(0, 0.01)))
+        r = inf.compare_rounds(a, b, **KW)
+        rejects = sps.ttest_1samp(np.log(b / a), 0.0).pvalue < 0.05
+        assert (r["kind"] in ("faster", "slower")) == rejects
+        if r["kind"] == "equivalent":
+            assert 1 / 1.01 < r["ci_tost"][0] and r["ci_tost"][1] < 1.01
+
+
+def test_equivalence_bounds_are_symmetric_on_the_log_scale():
+    a = [100.0] * 4
+    inside = inf.compare_rounds(a, [100.99] * 4, **KW)  # zero spread: exactly 0.99 % faster every round
+    assert inside["kind"] == "faster" and inside["equivalent"] and inside["sd_log"] == 0
+    assert inside["equivalence_bounds"] == pytest.approx([1 / 1.01, 1.01])
+    spread = inf.compare_rounds(a * 2, [100.5, 99.6, 100.3, 99.7, 100.2, 99.9, 100.1, 100.0], **KW)
+    assert spread["kind"] == "equivalent" and spread["rounds_needed"] == 0
+    assert spread["text"].startswith("equivalent within ±1 %: B metric ×1.000, 90 % interval")
+    on_edge = inf.compare_rounds(a, [101.0] * 4, **KW)  # zero spread, exactly on the margin: not inside
+    assert on_edge["kind"] == "faster" and not on_edge["equivalent"]
+    lower = inf.compare_rounds(a, [100.0 / 1.0099] * 4, **KW)
+    assert lower["kind"] == "slower" and lower["equivalent"]  # a tiny real difference inside the margin: both said
+    assert "within the ±1 % margin" in lower["text"]
+
+
+def test_identical_arms_are_equivalent_with_a_point_interval():
+    r = inf.compare_rounds([5.0, 6.0, 7.0], [5.0, 6.0, 7.0], **KW)
+    assert r["kind"] == "equivalent" and r["ci"] == [1.0, 1.0] and r["p_value"] == 1.0
+    assert any("zero spread" in n for n in r["notes"])
+
+
+def test_too_few_rounds_and_missing_values():
+    one = inf.compare_rounds([1.0], [1.1], **KW)
+    assert one["kind"] == "inconclusive" and one["ci"] is None and one["rounds_needed"] == 1
+    assert "no spread yet" in one["text"]
+    none = inf.compare_rounds([None, 1.0], [2.0, float("nan")], **KW)
+    assert none["n"] == 0 and none["n_skipped"] == 2 and none["rounds_needed"] == 2 and none["ratio"] is None
+    r = inf.compare_rounds([1.0, None, 1.0, 1.0], [1.1, 1.0, 1.12, 1.09], **KW)
+    assert r["n"] == 3 and r["n_skipped"] == 1 and "1 round(s) skipped" in r["notes"][0]
+
+
+@pytest.mark.parametrize("a, b, match", [
+    ([1.0, 2.0], [1.0], "pair by round"),
+    ([1.0, 0.0], [1.0, 1.0], r"a\[1\] = 0.0"),
+    ([1.0, 1.0], [1.0, -2.0], r"b\[1\] = -2.0"),
+    ([1.0, float("inf")], [1.0, 1.0], "positive, finite"),
+    ([1.0, "fast"], [1.0, 1.0], "not a number"),
+])
+def test_bad_input_is_a_clear_value_error(a, b, match):
+    with pytest.raises(ValueError, match=match):
+        inf.compare_rounds(a, b, **KW)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="confidence"):
+        inf.compare_rounds([1, 2], [1, 2], higher_is_better=True, margin_pct=1, confidence=95)
+    with pytest.raises(ValueError, match="margin_pct"):
+        inf.compare_rounds([1, 2], [1, 2], higher_is_better=True, margin_pct=-1, confidence=0.95)
+    with pytest.raises(ValueError, match="groups"):
+        inf.compare_rounds([1, 2], [1, 2], **KW, groups=[1])
+
+
+def test_groups_make_the_start_the_unit():
+    rng = np.random.default_rng(4)
+    a, b = pair(rng, 12, 0.01)
+    groups = [g for g in "aaabbbbcccdd"]
+    r = inf.compare_rounds(a, b, **KW, groups=groups)
+    d = np.log(b / a)
+    means = np.array([d[[i for i, g in enumerate(groups) if g == x]].mean() for x in "abcd"])
+    plain = inf.compare_rounds(np.ones(4), np.exp(means), **KW)
+    assert (r["n"], r["df"], r["n_rounds"], r["unit"]) == (4, 3, 12, "start")
+    assert r["ci"] == pytest.approx(plain["ci"]) and r["p_value"] == pytest.approx(plain["p_value"])
+    assert r["group_sizes"] == {"a": 3, "b": 4, "c": 3, "d": 2}
+    assert "start" in r["text"] or r["kind"] != "inconclusive"
+    with pytest.raises(ValueError, match="label"):
+        inf.compare_rounds(a[:2], b[:2], **KW, groups=["x", None])
+
+
+def test_bootstrap_is_a_diagnostic_only():
+    rng = np.random.default_rng(5)
+    a, b = pair(rng, 6, 0.004)
+    with_boot = inf.compare_rounds(a, b, **KW, bootstrap=500)
+    without = inf.compare_rounds(a, b, **KW)
+    lo, hi = with_boot["ci_bootstrap"]
+    assert lo < with_boot["ratio"] < hi
+    assert with_boot["kind"] == without["kind"] and with_boot["ci"] == without["ci"]
+
+
+# ----------------------------------------------------------------------------------------------- rounds needed
+
+
+def test_rounds_needed_is_the_power_calculation_on_the_upper_spread_bound():
+    n, mean, sd, alpha = 5, 0.01, 0.012, 0.05
+    need, why = inf.rounds_needed(n, mean, sd, alpha=alpha, margin_log=math.log(1.001))
+    sd_up = sd * math.sqrt((n - 1) / sps.chi2.ppf(0.2, n - 1))
+
+    def power(k):
+        return sps.nct.sf(sps.t.ppf(1 - alpha / 2, k - 1), k - 1, mean * math.sqrt(k) / sd_up)
+
+    total = n + need
+    assert power(total) >= 0.8 > power(total - 1)
+    assert "upper bound" in why and f"{total} in all" in why
+    need_at_estimate = next(k for k in range(2, 1000) if sps.nct.sf(sps.t.ppf(0.975, k - 1), k - 1,
+                                                                    mean * math.sqrt(k) / sd) >= 0.8)
+    assert total > need_at_estimate  # the bound asks for more than the point estimate would
+
+
+def test_rounds_needed_targets_equivalence_when_the_estimate_is_inside_the_margin():
+    need, why = inf.rounds_needed(4, 0.0, 0.01, alpha=0.05, margin_log=math.log(1.01))
+    assert need is not None and need > 0 and "equivalence within ±1 %" in why
+    unreachable, why = inf.rounds_needed(4, 0.0, 0.01, alpha=0.05, margin_log=0.0)
+    assert unreachable is None and "out of reach" in why
+    a = np.full(4, 100.0)
+    r = inf.compare_rounds(a, a * np.exp([0.01, -0.015, 0.02, -0.005]), **KW)
+    assert r["kind"] == "inconclusive" and r["rounds_needed"] > 0 and r["rounds_needed_assumption"]
+
+
+# ----------------------------------------------------------------------------------------------- levels
+
+
+def test_holm_known_values():
+    assert inf.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert inf.holm([0.02, None, 0.5]) == [0.04, None, 0.5]
+
+
+def test_decide_levels_headlines():
+    rng = np.random.default_rng(7)
+    res = {}
+    for lv, eff in (("c1", 0.05), ("c8", 0.0), ("c64", 0.04)):
+        a, b = pair(rng, 10, eff, sd=0.002)
+        res[lv] = inf.compare_rounds(a, b, **KW)
+    head = inf.decide_levels(res)
+    assert [head["levels"][lv]["kind"] for lv in res] == ["faster", "equivalent", "faster"]
+    assert head["kind"] == "faster" and head["decided"] and "Holm over 3" in head["correction"]
+    assert head["levels"]["c1"]["p_holm"] == pytest.approx(min(1, 3 * res["c1"]["p_value"]), rel=1e-9) or \
+        head["levels"]["c1"]["p_holm"] >= res["c1"]["p_value"]
+    lo, hi = head["levels"]["c1"]["ci_simultaneous"]
+    assert lo < res["c1"]["ci"][0] and hi > res["c1"]["ci"][1]  # Bonferroni interval is wider
+    eq = inf.decide_levels({"c8": res["c8"]})
+    assert eq["kind"] == "equivalent" and eq["text"].startswith("equivalent at every level")
+    a, b = pair(rng, 10, -0.05, sd=0.002)
+    mixed = inf.decide_levels({"c1": res["c1"], "c2": inf.compare_rounds(a, b, **KW)})
+    assert mixed["kind"] == "mixed"
+    other = inf.compare_rounds(a, b, higher_is_better=True, margin_pct=1, confidence=0.9)
+    with pytest.raises(ValueError, match="different confidences"):
+        inf.decide_levels({"c1": res["c1"], "c2": other})
+
+
+def test_holm_can_withdraw_a_per_level_claim():
+    """A level significant alone (p just under 0.05) is not claimed when two other levels are null."""
+    a = np.full(6, 100.0)
+    d = np.array([0.01, 0.012, 0.009, 0.002, 0.02, 0.001])
+    r = inf.compare_rounds(a, a * np.exp(d), **KW)
+    assert r["kind"] == "faster" and 0.01 < r["p_value"] < 0.05
+    null = inf.compare_rounds(a, a * np.exp(d - d.mean()), **KW)
+    head = inf.decide_levels({"x": r, "y": null, "z": null})
+    x = head["levels"]["x"]
+    assert x["kind"] == "inconclusive" and x["text"].startswith("inconclusive after Holm")
+    assert x["rounds_needed"] > 0 and "alpha/3" in x["rounds_needed_assumption"]
+
+
+def test_mark_secondary():
+    r = inf.mark_secondary(inf.compare_rounds([1, 1, 1], [1.1, 1.2, 1.1], **KW))
+    assert r["role"] == "secondary" and r["corrected"] is False and "uncorrected" in r["text"]
+
+
+# ----------------------------------------------------------------------------------------------- sequential
+
+
+def test_single_look_boundary_is_the_fixed_t_test():
+    b = inf.sequential_boundary(8, 8, 0.05)
+    assert b["C"] == pytest.approx(1.96, abs=0.03)  # simulated (200,000 paths) plus a 2 se safety margin
+    assert b["t"][0] == pytest.approx(sps.t.ppf(0.975, 7), abs=0.05)
+    assert b["C"] >= 1.955
+
+
+def test_boundary_shape_is_strict_early_and_near_fixed_late():
+    b = inf.sequential_boundary(3, 10, 0.05)
+    t = np.array(b["t"])
+    assert np.all(np.diff(t) < 0) and t[0] > 20 and t[-1] < 1.3 * sps.t.ppf(0.975, 9)
+
+
+def test_sequential_waits_then_decides_and_claims_stay():
+    rng = np.random.default_rng(8)
+    d = {"c4": rng.normal(0.03, 0.01, 10)}
+    kw = {"min_rounds": 3, "max_rounds": 10, "margin_pct": 1.0, "higher_is_better": True}
+    early = inf.sequential_look(d, look=2, **kw)
+    assert not early["stop"] and early["levels"]["c4"]["ci"] is None and "waiting" in early["levels"]["c4"]["text"]
+    states = [inf.sequential_look(d, look=k, **kw) for k in range(3, 11)]
+    decided = [s["decided"] for s in states]
+    first = decided.index(True)
+    assert all(decided[first:]) and states[first]["stop"] and states[first]["levels"]["c4"]["kind"] == "faster"
+    lo, hi = states[-1]["levels"]["c4"]["ci"]
+    assert lo > 1.0 and states[-1]["levels"]["c4"]["ci"][1] <= states[first]["levels"]["c4"]["ci"][1] + 1e-12
+    lat = inf.sequential_look(d, **kw | {"higher_is_better": False})
+    assert lat["levels"]["c4"]["kind"] == "slower"
+
+
+def test_sequential_stops_at_max_rounds_and_handles_missing():
+    d = {"x": [0.001, -0.02, None, 0.015, -0.01, 0.02, float("nan"), 0.01, -0.01, 0.0, 0.005]}
+    s = inf.sequential_look(d, min_rounds=3, max_rounds=10, margin_pct=0.0, higher_is_better=True)
+    assert s["stop"] and "max_rounds" in s["reason"] and s["levels"]["x"]["kind"] == "inconclusive"
+    assert s["levels"]["x"]["n"] == 9 and any("2 missing" in n for n in s["notes"])
+    with pytest.raises(ValueError, match="min_rounds"):
+        inf.sequential_look(d, min_rounds=1, max_rounds=7, margin_pct=1, higher_is_better=True)
+    with pytest.raises(ValueError, match="finite"):
+        inf.sequential_look({"x": [0.1, float("inf")]}, min_rounds=2, max_rounds=7, margin_pct=1,
+                            higher_is_better=True)
+
+
+def test_sequential_false_claims_known_answer():
+    """300 seeded experiments at a true ratio of 1, margin 0 so every one runs to max_rounds with 8 looks: the
+    false-claim count must be consistent with <= 5 % (Wilson lower end <= 5 %; 9/300 with this seed)."""
+    rng = np.random.default_rng(9)
+    kw = {"min_rounds": 3, "max_rounds": 10, "margin_pct": 0.0, "higher_is_better": True}
+    claims = 0
+    for _ in range(300):
+        s = inf.sequential_look({"c": rng.normal(0, 0.01, 10)}, **kw)
+        claims += s["levels"]["c"]["kind"] != "inconclusive"
+    assert inf.wilson(claims, 300)[0] <= 0.05
+    # the same paths with an uncorrected t test at every look would claim far more often
+    rng = np.random.default_rng(9)
+    d = rng.normal(0, 0.01, (300, 10))
+    k = np.arange(3, 11)
+    t = np.array([d[:, :n].mean(1) / (d[:, :n].std(1, ddof=1) / math.sqrt(n)) for n in k]).T
+    naive = int((np.abs(t) > sps.t.ppf(0.975, k - 1)).any(axis=1).sum())
+    assert naive > claims + 15
+
+
+def test_sequential_equivalence_is_controlled_at_the_margin():
+    rng = np.random.default_rng(10)
+    kw = {"min_rounds": 3, "max_rounds": 10, "margin_pct": 1.0, "higher_is_better": True}
+    eq = sum(inf.sequential_look({"c": rng.normal(math.log(1.01), 0.004, 10)}, **kw)["levels"]["c"]["equivalent"]
+             for _ in range(300))
+    assert inf.wilson(eq, 300)[0] <= 0.05
+    inside = inf.sequential_look({"c": rng.normal(0.0, 0.001, 10)}, **kw)
+    assert inside["levels"]["c"]["kind"] == "equivalent" and inside["stop"]
+
+
+# ----------------------------------------------------------------------------------------------- fixed known answer
+
+
+def test_fixed_design_power_and_false_claims_known_answer():
+    """300 seeded experiments each: power at 1.2 sd and 8 rounds (exact 82.8 %) and false claims at a true 0."""
+    rng = np.random.default_rng(11)
+    hits = sum(inf.compare_rounds(*pair(rng, 8, 0.012), **KW)["kind"] == "faster" for _ in range(300))
+    lo, hi = inf.wilson(hits, 300)
+    exact = sps.nct.sf(sps.t.ppf(0.975, 7), 7, 1.2 * math.sqrt(8))
+    assert lo <= exact <= hi
+    false = sum(inf.compare_rounds(*pair(rng, 8, 0.0), **KW)["kind"] in ("faster", "slower") for _ in range(300))
+    assert inf.wilson(false, 300)[0] <= 0.05
+
+
+# ----------------------------------------------------------------------------------------------- failures
+
+
+def test_wilson_and_newcombe_known_values():
+    assert inf.wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    lo, hi = inf.wilson(5, 10)
+    assert lo == pytest.approx(1 - hi)
+    assert inf.wilson(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        inf.wilson(3, 2)
+    # Newcombe (1998), Table II example (a): 56/70 vs 48/80, method 10: 0.0524 to 0.3339
+    assert inf.newcombe(56, 70, 48, 80) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+
+
+def test_error_rates_behave_at_zero_and_see_a_real_difference():
+    zero = inf.compare_error_rates([0] * 5, [100] * 5, [0] * 5, [100] * 5)
+    assert zero["kind"] == "inconclusive" and zero["ci_t_pp"] is None
+    lo, hi = zero["ci_pp"]
+    assert lo < 0 < hi and hi < 1.0  # 500 requests per arm: a sub-point bound, not a point
+    more = inf.compare_error_rates([1, 0, 2, 1, 0, 1], [200] * 6, [9, 11, 8, 12, 10, 9], [200] * 6)
+    assert more["kind"] == "more_failures" and more["ci_pp"][0] > 0
+    assert more["diff_pp"] == pytest.approx(100 * (59 - 5) / 1200) and "B fails more" in more["text"]
+    fewer = inf.compare_error_rates([9, 11, 8, 12, 10, 9], [200] * 6, [1, 0, 2, 1, 0, 1], [200] * 6)
+    assert fewer["kind"] == "fewer_failures"
+    skipped = inf.compare_error_rates([0, 1], [0, 10], [0, 1], [10, 10])
+    assert skipped["n"] == 1 and skipped["n_skipped"] == 1
+    with pytest.raises(ValueError, match="more failures than requests"):
+        inf.compare_error_rates([3], [2], [0], [2])
+    with pytest.raises(ValueError, match="whole numbers"):
+        inf.compare_error_rates([0.5], [2], [0], [2])
+    with pytest.raises(ValueError, match="one count per round"):
+        inf.compare_error_rates([0, 0], [2], [0], [2])
+
+
+def test_error_rate_hull_is_wider_than_either_interval():
+    r = inf.compare_error_rates([2, 0, 5, 1], [100] * 4, [3, 6, 0, 4], [100] * 4)
+    lo, hi = r["ci_pp"]
+    for part in (r["ci_t_pp"], r["ci_newcombe_pp"]):
+        assert lo <= part[0] and part[1] <= hi
+
+
+# ----------------------------------------------------------------------------------------------- A/A
+
+
+def test_aa_check_warns_on_a_bias_only():
+    rng = np.random.default_rng(12)
+    a = 100 * np.exp(rng.normal(0, 0.03, 6))
+    fine = inf.aa_check(a, a * np.exp(rng.normal(0, 0.01, 6)), ab_sd_log=0.02, ab_n=8)
+    assert not fine["warn"] and fine["ci"][0] < 1 < fine["ci"][1]
+    assert fine["spread_ratio"] == pytest.approx(0.02 / fine["sd_log"])
+    lo, hi = fine["spread_ratio_ci"]
+    assert lo < fine["spread_ratio"] < hi and "spread A/A" in fine["text"]
+    biased = inf.aa_check(a, a * np.exp(rng.normal(0.05, 0.005, 6)))
+    assert biased["warn"] and "bias" in biased["text"]
+    assert inf.aa_check([1.0], [1.0])["ci"] is None
+
+
+# ----------------------------------------------------------------------------------------------- nested designs
+
+
+def test_variance_components_balanced_matches_the_textbook_formulas():
+    rng = np.random.default_rng(13)
+    S, W = 5, 4
+    d = rng.normal(0, 0.01, S)[np.repeat(np.arange(S), W)] + rng.normal(0, 0.02, S * W)
+    starts = np.repeat(np.arange(S), W)
+    vc = inf.variance_components(d, starts)
+    y = d.reshape(S, W)
+    msb = W * ((y.mean(1) - y.mean()) ** 2).sum() / (S - 1)
+    msw = ((y - y.mean(1, keepdims=True)) ** 2).sum() / (S * (W - 1))
+    assert vc["raw"]["sigma2_pair"] == pytest.approx(msw)
+    assert vc["raw"]["sigma2_start"] == pytest.approx((msb - msw) / W)
+    assert (vc["n_starts"], vc["n"]) == (S, S * W)
+    net = inf.variance_components(d, starts, within_var=1e-4)
+    assert net["raw"]["sigma2_pair"] == pytest.approx(msw - 1e-4) and net["sigma2_within"] == 1e-4
+
+
+def test_variance_components_three_levels_balanced():
+    rng = np.random.default_rng(14)
+    S, W, R = 4, 3, 2
+    starts = np.repeat(np.arange(S), W * R)
+    windows = np.tile(np.repeat(np.arange(W), R), S)
+    d = rng.normal(0, 1, S * W * R)
+    vc = inf.variance_components(d, starts, windows=windows)
+    y = d.reshape(S, W, R)
+    ms_e = ((y - y.mean(2, keepdims=True)) ** 2).sum() / (S * W * (R - 1))
+    ms_b = R * ((y.mean(2) - y.mean((1, 2))[:, None]) ** 2).sum() / (S * (W - 1))
+    ms_a = W * R * ((y.mean((1, 2)) - y.mean()) ** 2).sum() / (S - 1)
+    assert vc["raw"]["sigma2_within"] == pytest.approx(ms_e)
+    assert vc["raw"]["sigma2_pair"] == pytest.approx((ms_b - ms_e) / R)
+    assert vc["raw"]["sigma2_start"] == pytest.approx((ms_a - ms_b) / (W * R))
+
+
+def test_variance_components_recover_known_components_unbalanced():
+    """300 unbalanced data sets with sigma2_start = 1e-4, sigma2_pair = 4e-4: the mean estimates are within 4 se."""
+    rng = np.random.default_rng(15)
+    est = []
+    for _ in range(300):
+        sizes = rng.integers(2, 6, size=6)
+        starts = np.repeat(np.arange(6), sizes)
+        d = rng.normal(0, 0.01, 6)[starts] + rng.normal(0, 0.02, starts.size)
+        raw = inf.variance_components(d, starts)["raw"]
+        est.append((raw["sigma2_start"], raw["sigma2_pair"]))
+    est = np.array(est)
+    mean, se = est.mean(0), est.std(0, ddof=1) / math.sqrt(len(est))
+    assert abs(mean[0] - 1e-4) < 4 * se[0] and abs(mean[1] - 4e-4) < 4 * se[1]
+
+
+def test_variance_components_refuses_what_it_cannot_estimate():
+    with pytest.raises(ValueError, match="2 starts"):
+        inf.variance_components([0.1, 0.2], [1, 1])
+    with pytest.raises(ValueError, match="2 window pairs"):
+        inf.variance_components([0.1, 0.2], [1, 2])
+    with pytest.raises(ValueError, match="not both"):
+        inf.variance_components([0.1, 0.2, 0.3, 0.4], [1, 1, 2, 2], windows=[1, 2, 1, 2], within_var=0.1)
+    with pytest.raises(ValueError, match="finite"):
+        inf.variance_components([0.1, float("nan"), 0.3], [1, 1, 2])
+
+
+def test_grouped_interval_carries_start_to_start_variance():
+    """Coverage over 300 seeded nested data sets (6 starts x 4 pairs, equal components): grouped ~95 %, the plain
+    per-pair t far below (its standard error ignores the shared start effect)."""
+    rng = np.random.default_rng(16)
+    groups = np.repeat(np.arange(6), 4)
+    cov_g = cov_p = 0
+    for _ in range(300):
+        d = np.repeat(rng.normal(0, 0.01, 6), 4) + rng.normal(0, 0.01, 24)
+        a = np.full(24, 50.0)
+        cov_g += inf.compare_rounds(a, a * np.exp(d), **KW, groups=groups)["ci"][0] <= 1.0 <= \
+            inf.compare_rounds(a, a * np.exp(d), **KW, groups=groups)["ci"][1]
+        r = inf.compare_rounds(a, a * np.exp(d), **KW)
+        cov_p += r["ci"][0] <= 1.0 <= r["ci"][1]
+    assert inf.wilson(cov_g, 300)[1] >= 0.93
+    assert inf.wilson(cov_p, 300)[1] < 0.90
+
+
+def test_order_effect():
+    rng = np.random.default_rng(17)
+    order = ["AB", "BA"] * 8
+    d = rng.normal(0, 0.002, 16) + np.where(np.array(order) == "AB", 0.02, 0.0)
+    r = inf.order_effect(d, order)
+    assert r["warn"] and r["ratio"] == pytest.approx(math.exp(0.02), abs=0.003) and (r["n_ab"], r["n_ba"]) == (8, 8)
+    none = inf.order_effect(rng.normal(0, 0.01, 16), order)
+    assert none["ci"][0] < 1 < none["ci"][1] or none["warn"]
+    assert inf.order_effect([0.1, 0.2, 0.3], ["AB", "AB", "BA"])["ci"] is None
+    with pytest.raises(ValueError, match="'AB' or 'BA'"):
+        inf.order_effect([0.1, 0.2], ["AB", "A-B"])
+
+
+def test_plan_nested_is_the_cheapest_design_meeting_the_target():
+    comps = {"sigma2_start": 1e-4, "sigma2_pair": 4e-4}
+    plan = inf.plan_nested(comps, cost_start_s=120, cost_window_s=60, target_halfwidth_pct=1.0)
+    h = math.log(1.01)
+
+    def half(S, W):
+        return sps.t.ppf(0.975, S - 1) * math.sqrt(1e-4 / S + 4e-4 / (S * W))
+
+    S, W = plan["starts"], plan["windows_per_start"]
+    assert half(S, W) <= h and plan["cost_s"] == 120 * S + 60 * S * W
+    feasible = [120 * s + 60 * s * w for s in range(2, 80) for w in range(1, 80) if half(s, w) <= h]
+    assert plan["cost_s"] == min(feasible)
+    assert plan["w_continuous"] == pytest.approx(math.sqrt(120 * 4e-4 / (60 * 1e-4)))
+    assert "t(S-1)" in plan["formula"]
+    assert not inf.plan_nested(comps, 120, 60, 0.01, max_starts=50, max_windows=10)["feasible"]
+    with pytest.raises(ValueError, match="target"):
+        inf.plan_nested(comps, 120, 60, 0)
