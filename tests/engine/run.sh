@@ -36,7 +36,7 @@ t1=$(date +%s)
 rm -rf build
 t2=$(date +%s)
 set +e
-"$venv/bin/python" -m pytest -q -p no:cacheprovider -o addopts= -o "markers=engine: runs inside the real vLLM + vllm-omni 0.16.0 venv" --rootdir=tests/engine -c /dev/null tests/engine
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -o addopts= -o "markers=engine: runs inside the real vLLM + vllm-omni 0.16.0 venv" --rootdir=tests/engine --confcutdir=tests/engine -c /dev/null tests/engine
 rc=$?
 set -e
 t3=$(date +%s)

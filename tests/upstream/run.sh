@@ -45,7 +45,7 @@ set +e
 # would load while building its parser; the plugin refuses any vllm-omni but 0.16.0, as it should.
 UPSTREAM_WHEELS="$wheels" PYTHONPATH="$PWD" VLLM_LOGGING_LEVEL=WARNING VLLM_PLUGINS="" \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider -o addopts= --timeout 600 \
-  -o "markers=upstream: runs inside the vllm-omni 0.30.0 venv (make test-upstream)" --rootdir=tests/upstream \
+  -o "markers=upstream: runs inside the vllm-omni 0.30.0 venv (make test-upstream)" --rootdir=tests/upstream --confcutdir=tests/upstream \
   -c /dev/null tests/upstream
 rc=$?
 set -e
