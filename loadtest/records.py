@@ -13,28 +13,48 @@ import re
 import threading
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from tts_predictor import metrics as pm
 
 # --- schema ids: the one place each is spelled ------------------------------------------------------------------
-REQUEST_SCHEMA = "tts-request/1"  # requests.jsonl lines
-COUNTERS_SCHEMA = "tts-counters/1"  # counters.jsonl lines
-RUN_SCHEMA = "tts-run/1"  # manifest.json of a Locust run
-AB_SCHEMA = "tts-ab/1"  # manifest.json of an A/B run
-BLOCK_SCHEMA = "tts-block/1"  # blocks/<id>/block.json
-SUMMARY_SCHEMA = "tts-summary/1"  # summary.json (statistics)
-COMPARISON_SCHEMA = "tts-comparison/1"  # comparison.json (statistics)
+# Version 2 (issues 12-15): count phases with the sync observer on and timing windows with it off, streaming
+# continuity per request, blocks that are windows inside a server start (hot swap), per-start records, telemetry.
+# Readers accept version 1 files too (LEGACY): a missing field reads as None and a run without count phases is
+# judged the version-1 way (its manipulation check uses the measure windows), so old runs still load.
+REQUEST_SCHEMA = "tts-request/2"  # requests.jsonl lines
+COUNTERS_SCHEMA = "tts-counters/2"  # counters.jsonl lines
+RUN_SCHEMA = "tts-run/2"  # manifest.json of a Locust run
+AB_SCHEMA = "tts-ab/2"  # manifest.json of an A/B run
+BLOCK_SCHEMA = "tts-block/2"  # blocks/<id>/block.json: one Locust window (one arm, every level once)
+START_SCHEMA = "tts-start/1"  # starts/<id>/start.json: one server start (one or more windows)
+TELEMETRY_SCHEMA = "tts-telemetry/1"  # blocks/<id>/telemetry.jsonl lines
+LOOK_SCHEMA = "tts-look/1"  # looks.jsonl lines: the sequential rule's decision after a round
+SUMMARY_SCHEMA = "tts-summary/2"  # summary.json (statistics)
+COMPARISON_SCHEMA = "tts-comparison/2"  # comparison.json (statistics)
 MICRO_SCHEMA = "tts-micro/1"  # results.json of the micro benchmark (tools/micro.py), read by the prediction
-RUN_MANIFESTS = (AB_SCHEMA, RUN_SCHEMA)
+LEGACY = {REQUEST_SCHEMA: ("tts-request/1",), COUNTERS_SCHEMA: ("tts-counters/1",), RUN_SCHEMA: ("tts-run/1",),
+          AB_SCHEMA: ("tts-ab/1",), BLOCK_SCHEMA: ("tts-block/1",)}
+RUN_MANIFESTS = (AB_SCHEMA, RUN_SCHEMA, *LEGACY[AB_SCHEMA], *LEGACY[RUN_SCHEMA])
 
-PHASES = ("warmup", "measure", "drain")
+# A level's phases in order. "count": the sync observer is on (the manipulation check counts syncs here; not timed);
+# "warmup": observer off, the server settles; "measure": the timing window (observer off: zero observed calls);
+# "drain": requests of the window finish. A scenario without count_s has no count phase (version-1 behaviour).
+PHASES = ("count", "warmup", "measure", "drain")
 MODES = ("stream", "wav")
 BLOCK_STATUSES = ("complete", "invalid", "failed", "interrupted")
+START_STATUSES = ("ready", "failed", "interrupted", "stopped")
+DESIGNS = ("fresh", "swap", "nested")
+# counters.jsonl snapshot edges: measure window, count window
+EDGES = ("start", "end", "count_start", "count_end")
+WINDOWS = ("measure", "count")
 # Manipulation check: observed syncs within 2 % of the closed form (exact on the simulator; sampling on a real server).
 SYNC_TOLERANCE = 0.02
+# Streaming continuity: a player starts at the first chunk; a stall longer than this is an underrun (vllm-omni's
+# benchmark uses the same 100 ms threshold; docs/sources.md).
+UNDERRUN_THRESHOLD_S = 0.1
 
 
 # --- record types ------------------------------------------------------------------------------------------------
@@ -63,6 +83,11 @@ class RequestRecord:
     bucket: str
     variant: str | None
     seq: int | None = None  # index of the prompt in this process's deterministic sequence (None: no prompt drawn)
+    # streaming continuity (stream mode, ok requests; None otherwise): a player that starts at the first chunk
+    underrun_s: float | None = None  # total playback stall (each stall > UNDERRUN_THRESHOLD_S counts whole)
+    continuity_ok: bool | None = None  # no stall longer than UNDERRUN_THRESHOLD_S
+    stream_rtf: float | None = None  # (e2e_s - ttfa_s) / audio_s: generation speed once audio flows
+    chunks: int | None = None  # non-empty body chunks received
     schema: str = REQUEST_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +96,7 @@ class RequestRecord:
 
 
 REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
+REQUEST_REQUIRED = tuple(f.name for f in fields(RequestRecord) if f.default is MISSING)
 
 
 @dataclass(frozen=True)
@@ -79,7 +105,7 @@ class CounterSnapshot:
 
     step: int
     concurrency: int
-    edge: str  # "start" | "end"
+    edge: str  # EDGES: "start" | "end" (measure window), "count_start" | "count_end" (count window)
     t: float
     target: str
     ok: bool
@@ -92,7 +118,12 @@ class CounterSnapshot:
 
 @dataclass(frozen=True)
 class CounterDelta:
-    """End minus start of the predictor/engine counters over one measure phase, and their ratios (None: unknown)."""
+    """End minus start of the predictor/engine counters over one window of a level (the measure phase, or the count
+    phase with window="count"), and their ratios (None: unknown).
+
+    variant: the one label whose calls moved in the window (None if none moved); variants_moved lists every label
+    that moved (more than one: the window mixed variants). epoch / observe / active_variant: the control channel's
+    gauges at the window's end and start (None where the server has no control channel)."""
 
     step: int
     concurrency: int
@@ -115,21 +146,80 @@ class CounterDelta:
     calls_per_request: float | None
     seconds_per_request: float | None
     mean_batch: float | None
+    window: str = "measure"  # WINDOWS
+    variants_moved: tuple[str, ...] = ()
+    epoch_start: int | None = None
+    epoch_end: int | None = None
+    observe_start: bool | None = None
+    observe_end: bool | None = None
+    step_interval_count: float | None = None  # the step clock over the window (tts_predictor_step_interval_seconds)
+    step_interval_sum: float | None = None
+    step_batch_count: float | None = None
+    step_batch_sum: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": COUNTERS_SCHEMA, "kind": "delta", **asdict(self)}
+        d = asdict(self)
+        d["variants_moved"] = list(d["variants_moved"] or ())
+        return {"schema": COUNTERS_SCHEMA, "kind": "delta", **d}
+
+
+@dataclass(frozen=True)
+class ControlWrite:
+    """A change the load generator wrote to the server's control file (counters.jsonl, kind "control"): the
+    observer switched on for a count phase or off for timing, or the variant for a window."""
+
+    step: int
+    concurrency: int
+    phase: str  # the phase that begins with this write
+    t: float  # epoch seconds, when the file was replaced
+    variant: str
+    observe: bool
+    epoch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": COUNTERS_SCHEMA, "kind": "control", **asdict(self)}
+
+
+@dataclass(frozen=True)
+class TelemetrySample:
+    """blocks/<id>/telemetry.jsonl: one sample of the server's resources (>= 2 Hz during the block).
+
+    source "nvml": GPU utilisation %, SM clock MHz, memory used MiB, power W (per GPU index); source "process": the
+    server's process tree (CPU % of one core summed over processes, RSS MiB), where no GPU can be read."""
+
+    t: float
+    source: str  # "nvml" | "process"
+    gpu: int | None = None
+    gpu_util_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_used_mib: float | None = None
+    power_w: float | None = None
+    cpu_pct: float | None = None
+    rss_mib: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": TELEMETRY_SCHEMA, **asdict(self)}
 
 
 @dataclass
 class BlockRecord:
-    """blocks/<id>/block.json: one fresh server start of one variant. Mutable on purpose: it is written as
-    "interrupted" before the block starts and replaced when it ends, so a killed runner leaves the truth behind."""
+    """blocks/<id>/block.json: one window of one arm through every level (in `levels` order), inside server start
+    `start` (design "fresh": one window per start). Mutable on purpose: it is written as "interrupted" before the
+    window starts and replaced when it ends, so a killed runner leaves the truth behind.
+
+    round: the pair this window belongs to (A and B windows of one round are compared; kind "aa": both arm A).
+    position: 0 or 1, the window's place in its pair (the order effect is B-first vs A-first)."""
 
     block_id: str
     round: int
     kind: str  # "aa" | "ab"
     arm: str  # "A" | "B"
-    variant: str
+    variant: str | None  # the predictor variant of the arm (None: an arm without the plugin)
+    start: int = 0
+    position: int = 0
+    levels: list[int] = field(default_factory=list)  # concurrency levels in the order this window ran them
+    epoch: int | None = None  # control epoch base of the window (None: no control channel)
+    attempt: int = 0  # reruns of this window's round after an infrastructure failure
     status: str = "interrupted"
     reason: str | None = "block in progress (runner stopped)"
     started: str | None = None
@@ -144,6 +234,27 @@ class BlockRecord:
         if d["requests"] is None:
             del d["requests"]
         return d
+
+
+@dataclass
+class StartRecord:
+    """starts/<id>/start.json: one server start of an arm's server spec and the windows run in it. Written when the
+    start begins and replaced as it goes; `server.log` beside it is the server's output (evidence lines)."""
+
+    start: int
+    arm: str  # the arm whose server spec started (in swap/nested designs the windows switch variants inside it)
+    status: str = "interrupted"  # START_STATUSES
+    reason: str | None = None
+    started: str | None = None
+    ready_s: float | None = None  # launch to /health: the cost of a start
+    ended: str | None = None
+    stop_s: float | None = None
+    windows: list[str] = field(default_factory=list)  # block ids, in order
+    evidence: dict[str, Any] | None = None  # the arm's evidence check: {"ok": bool, "reason": str | None}
+    switches: list[dict[str, Any]] = field(default_factory=list)  # {"t", "variant", "epoch", "confirmed_t"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": START_SCHEMA, **asdict(self)}
 
 
 # --- reading and writing -----------------------------------------------------------------------------------------
@@ -171,20 +282,23 @@ def read_jsonl(path: str | os.PathLike, schema: str | None = None) -> tuple[list
                 notes.append(f"{path}: truncated last line skipped")
                 continue
             raise ValueError(f"{path}:{i + 1}: not JSON") from None
-        if schema is not None and obj.get("schema", schema) != schema:
-            raise ValueError(f"{path}:{i + 1}: unknown schema {obj.get('schema')!r} (this reader knows {schema!r})")
+        if schema is not None and obj.get("schema", schema) not in (schema, *LEGACY.get(schema, ())):
+            known = " or ".join(repr(x) for x in (schema, *LEGACY.get(schema, ())))
+            raise ValueError(f"{path}:{i + 1}: unknown schema {obj.get('schema')!r} (this reader knows {known})")
         rows.append(obj)
     return rows, notes
 
 
 def request_from_dict(obj: dict[str, Any]) -> RequestRecord:
-    """A RequestRecord from one parsed line; refuse an unknown schema or missing fields."""
-    if obj.get("schema") != REQUEST_SCHEMA:
-        raise ValueError(f"unknown request record schema {obj.get('schema')!r} (expected {REQUEST_SCHEMA!r})")
-    missing = [name for name in REQUEST_FIELDS if name not in obj]
+    """A RequestRecord from one parsed line (version 1 lines too: their later fields read as None); refuse an
+    unknown schema or missing fields."""
+    schema = obj.get("schema")
+    if schema not in (REQUEST_SCHEMA, *LEGACY[REQUEST_SCHEMA]):
+        raise ValueError(f"unknown request record schema {schema!r} (expected {REQUEST_SCHEMA!r})")
+    missing = [name for name in REQUEST_REQUIRED if name not in obj]
     if missing:
         raise ValueError(f"request record lacks fields {missing}")
-    return RequestRecord(**{name: obj[name] for name in REQUEST_FIELDS})
+    return RequestRecord(**{name: obj[name] for name in REQUEST_FIELDS if name in obj and name != "schema"})
 
 
 def parse_request(line: str) -> RequestRecord:
@@ -282,32 +396,68 @@ def _top(errors: dict[str, int], n: int = 3) -> str:
 
 
 def request_verdict(outcomes: dict[str, Any]) -> str | None:
-    """None when the measure phases are usable; else the reason the block is invalid."""
+    """None when the measure phases can be used; else the reason the block is invalid.
+
+    Failed requests are data (the error rate has a verdict of its own, and the statistics show the comparison with
+    and without rounds that had failures): a block is invalid only when nothing in its measure phases succeeded.
+    """
     o = outcomes
-    if o["measure_failed"]:
-        return f"{o['measure_failed']} of {o['measure']} measure-phase requests failed: {_top(o['measure_errors'])}"
     if not o["measure"]:
         why = "no measure-phase request was recorded"
         if o["other_failed"]:
-            why += f" ({o['other_failed']} of {o['other']} warm-up/drain requests failed: {_top(o['other_errors'])})"
+            why += f" ({o['other_failed']} of {o['other']} other requests failed: {_top(o['other_errors'])})"
         return why
+    if o["measure_failed"] >= o["measure"]:
+        return f"all {o['measure']} measure-phase requests failed: {_top(o['measure_errors'])}"
     return None
 
 
+def deltas(counters: list[dict[str, Any]], window: str = "measure") -> list[dict[str, Any]]:
+    """The delta lines of one window kind (version-1 lines, which have no window, are measure windows)."""
+    return [c for c in counters if c.get("kind") == "delta" and c.get("window", "measure") == window]
+
+
+def _moved(d: dict[str, Any]) -> list[str]:
+    return list(d.get("variants_moved") or ([d["variant"]] if d.get("variant") else []))
+
+
 def manipulation_check(variant: str | None, counters: list[dict[str, Any]]) -> dict[str, Any]:
-    """Do the block's sync counters show its variant's signature (metrics.expected_syncs)? Missing counters fail."""
-    ds = [c for c in counters if c.get("kind") == "delta"]
+    """Do the block's sync counters show its variant's signature (metrics.expected_syncs)? Missing counters fail.
+
+    With count phases (the observer on, not timed) the signature is checked there, and every timing window must hold
+    zero observed calls (the observer's cost never lands in what is compared). Without them (version-1 runs, a
+    server without a control channel) the measure windows carry the sample, and `observer_in_timing` says so.
+    Any window whose calls moved under another variant, or under two, fails. variant None (an arm without the
+    plugin) has no signature to check: ok, applicable False (its evidence comes from the server's log or metrics).
+    """
+    count, measure = deltas(counters, "count"), deltas(counters, "measure")
+    ds = count or measure
     syncs = sum(c.get("syncs") or 0 for c in ds)
     ocalls = sum(c.get("observed_calls") or 0 for c in ds)
     otokens = sum(c.get("observed_tokens") or 0 for c in ds)
-    labels = sorted({c.get("variant") for c in ds if c.get("variant")})
+    labels = sorted({v for c in count + measure for v in _moved(c)})
+    timing_observed = sum(c.get("observed_calls") or 0 for c in measure) if count else None
     res = {"variant": variant, "server_variants": labels, "syncs": syncs, "observed_calls": ocalls,
-           "observed_tokens": otokens, "expected_syncs": None, "ok": False, "reason": None}
+           "observed_tokens": otokens, "expected_syncs": None, "source": "count" if count else "measure",
+           "observer_in_timing": not count, "timing_observed_calls": timing_observed, "applicable": variant is not None,
+           "ok": False, "reason": None}
+    if variant is None:
+        res["ok"] = True
+        return res
+    mixed = [c for c in count + measure if len(_moved(c)) > 1]
+    if mixed:
+        c = mixed[0]
+        res["reason"] = f"c={c.get('concurrency')}: calls of several variants {_moved(c)} in one {c.get('window', 'measure')} window"
+        return res
     if not ds or not ocalls:
         res["reason"] = "no sync counters observed (scrape failed or observer off): variant cannot be verified"
         return res
     if labels and labels != [variant]:
         res["reason"] = f"server reports variant {labels}, block expected {variant!r}"
+        return res
+    if timing_observed:
+        res["reason"] = (f"the sync observer ran inside the timing windows ({timing_observed:g} observed calls): the "
+                         "control file's observe switch did not take effect before the measure phase")
         return res
     try:
         exp = pm.expected_syncs(variant, ocalls, otokens)

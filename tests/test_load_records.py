@@ -27,7 +27,7 @@ from loadtest.records import (
 )
 
 DOC_FIELDS = ("schema, run_id, worker, step, concurrency, phase, mode, ok, error, status, ttfa_s, e2e_s, audio_s, rtf, "
-              "bytes, t_start, prompt_id, bucket, variant, seq")
+              "bytes, t_start, prompt_id, bucket, variant, seq, underrun_s, continuity_ok, stream_rtf, chunks")
 
 
 def rec(**kw):
@@ -42,9 +42,11 @@ def test_schema_ids_are_the_documented_ones():
     from loadtest import records
 
     assert (records.REQUEST_SCHEMA, records.COUNTERS_SCHEMA, records.RUN_SCHEMA, records.AB_SCHEMA,
-            records.BLOCK_SCHEMA, records.SUMMARY_SCHEMA, records.COMPARISON_SCHEMA, records.MICRO_SCHEMA) == (
-        "tts-request/1", "tts-counters/1", "tts-run/1", "tts-ab/1", "tts-block/1", "tts-summary/1",
-        "tts-comparison/1", "tts-micro/1")
+            records.BLOCK_SCHEMA, records.START_SCHEMA, records.TELEMETRY_SCHEMA, records.LOOK_SCHEMA,
+            records.SUMMARY_SCHEMA, records.COMPARISON_SCHEMA, records.MICRO_SCHEMA) == (
+        "tts-request/2", "tts-counters/2", "tts-run/2", "tts-ab/2", "tts-block/2", "tts-start/1", "tts-telemetry/1",
+        "tts-look/1", "tts-summary/2", "tts-comparison/2", "tts-micro/1")
+    assert records.LEGACY[records.REQUEST_SCHEMA] == ("tts-request/1",)  # version-1 runs still load
 
 
 def test_fields_are_the_documented_contract():
@@ -68,7 +70,7 @@ def test_written_per_line_and_unrounded(tmp_path):
 
 def test_unknown_schema_refused():
     obj = rec().to_dict()
-    obj["schema"] = "tts-request/2"
+    obj["schema"] = "tts-request/9"
     with pytest.raises(ValueError, match="unknown request record schema"):
         parse_request(json.dumps(obj))
     del obj["schema"]
@@ -91,8 +93,8 @@ def test_one_reader_refuses_a_broken_middle_line_and_an_unknown_schema(tmp_path)
     p.write_text('{"broken\n' + dumps(rec().to_dict()) + "\n")
     with pytest.raises(ValueError, match=r"requests.jsonl:1: not JSON"):
         read_jsonl(p)
-    p.write_text(dumps(rec().to_dict()) + "\n" + dumps({**rec().to_dict(), "schema": "tts-request/2"}) + "\n")
-    with pytest.raises(ValueError, match=r":2: unknown schema 'tts-request/2'"):
+    p.write_text(dumps(rec().to_dict()) + "\n" + dumps({**rec().to_dict(), "schema": "tts-request/9"}) + "\n")
+    with pytest.raises(ValueError, match=r":2: unknown schema 'tts-request/9'"):
         read_jsonl(p, REQUEST_SCHEMA)
     assert len(read_jsonl(p)[0]) == 2  # without a schema to check, every line is a row
 
@@ -109,10 +111,14 @@ def test_counter_and_block_records_keep_the_documented_field_order():
     assert list(delta)[5:] == ["duration_s", "variant", "calls", "seconds", "syncs", "observed_calls",
                                "observed_tokens", "tokens", "batch_requests", "steps", "step_seconds", "frames",
                                "requests_finished", "syncs_per_call", "syncs_per_step", "calls_per_request",
-                               "seconds_per_request", "mean_batch"]
-    block = BlockRecord(block_id="000-r0-aa-A", round=0, kind="aa", arm="A", variant="original")
-    assert list(block.to_dict()) == ["schema", "block_id", "round", "kind", "arm", "variant", "status", "reason",
-                                     "started", "ended", "server_url", "failed_before", "timing"]
+                               "seconds_per_request", "mean_batch", "window", "variants_moved", "epoch_start",
+                               "epoch_end", "observe_start", "observe_end", "step_interval_count",
+                               "step_interval_sum", "step_batch_count", "step_batch_sum"]
+    assert delta["variants_moved"] == []
+    block = BlockRecord(block_id="000-s000-r0-aa-A", round=0, kind="aa", arm="A", variant="original")
+    assert list(block.to_dict()) == ["schema", "block_id", "round", "kind", "arm", "variant", "start", "position",
+                                     "levels", "epoch", "attempt", "status", "reason", "started", "ended",
+                                     "server_url", "failed_before", "timing"]
     assert block.to_dict()["status"] == "interrupted"  # written before the block starts: a killed runner says so
     block.requests = {"measure": 1}
     assert block.to_dict()["requests"] == {"measure": 1} and block.to_dict()["schema"] == BLOCK_SCHEMA
@@ -138,3 +144,51 @@ def test_manipulation_check_needs_the_variants_signature():
     assert not wrong["ok"] and "expected 40" in wrong["reason"]
     other = manipulation_check("fixed", [delta("vectorized", 0)])
     assert not other["ok"] and "server reports variant ['vectorized']" in other["reason"]
+
+
+def test_version_1_lines_still_read():
+    """A run written before version 2 loads: its request lines lack the continuity fields, which read as None."""
+    v1 = {k: v for k, v in rec().to_dict().items() if k not in ("underrun_s", "continuity_ok", "stream_rtf", "chunks")}
+    v1["schema"] = "tts-request/1"
+    got = parse_request(json.dumps(v1))
+    assert got.underrun_s is None and got.continuity_ok is None and got.ttfa_s == rec().ttfa_s
+    assert got.to_dict()["schema"] == REQUEST_SCHEMA  # re-written, it is a version-2 line
+    del v1["e2e_s"]
+    with pytest.raises(ValueError, match="lacks fields"):
+        parse_request(json.dumps(v1))
+
+
+def test_failed_requests_are_data_not_an_invalid_block():
+    from loadtest.records import request_outcomes, request_verdict
+
+    rows = [{"phase": "measure", "ok": True}, {"phase": "measure", "ok": False, "error": "http 503: busy"},
+            {"phase": "warmup", "ok": False, "error": "http 500"}]
+    assert request_verdict(request_outcomes(rows)) is None  # one of two failed: usable, the error rate says it
+    allbad = [r for r in rows if not r["ok"]]
+    assert request_verdict(request_outcomes(allbad)) == "all 1 measure-phase requests failed: http 503 (1)"
+    assert request_verdict(request_outcomes(rows[2:])).startswith("no measure-phase request was recorded")
+
+
+def _d(window, variant, syncs, calls, tokens, moved=None):
+    return {"kind": "delta", "window": window, "syncs": syncs, "observed_calls": calls, "observed_tokens": tokens,
+            "variant": variant, "variants_moved": moved if moved is not None else [variant]}
+
+
+def test_manipulation_check_uses_count_windows_and_needs_observer_free_timing():
+    count = _d("count", "fixed", 5 * 10, 10, 160)
+    quiet = _d("measure", "fixed", 0, 0, 0)
+    ok = manipulation_check("fixed", [count, quiet])
+    assert ok["ok"] and ok["source"] == "count" and not ok["observer_in_timing"] and ok["timing_observed_calls"] == 0
+    noisy = manipulation_check("fixed", [count, _d("measure", "fixed", 15, 3, 48)])
+    assert not noisy["ok"] and "inside the timing windows (3 observed calls)" in noisy["reason"]
+    v1_line = {k: v for k, v in _d("measure", "fixed", 15, 3, 48).items() if k not in ("window", "variants_moved")}
+    legacy = manipulation_check("fixed", [v1_line])  # a version-1 run: no count phases, the sample is in timing
+    assert legacy["ok"] and legacy["observer_in_timing"] and legacy["source"] == "measure"
+
+
+def test_manipulation_check_refuses_a_window_that_mixed_variants_and_skips_arms_without_the_plugin():
+    mixed = _d("count", "fixed", 50, 10, 160, moved=["fixed", "original"])
+    res = manipulation_check("fixed", [mixed])
+    assert not res["ok"] and "several variants" in res["reason"]
+    none = manipulation_check(None, [])
+    assert none["ok"] and not none["applicable"]
