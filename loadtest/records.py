@@ -32,6 +32,7 @@ BLOCK_SCHEMA = "tts-block/2"  # blocks/<id>/block.json: one Locust window (one a
 START_SCHEMA = "tts-start/1"  # starts/<id>/start.json: one server start (one or more windows)
 TELEMETRY_SCHEMA = "tts-telemetry/1"  # blocks/<id>/telemetry.jsonl lines
 LOOK_SCHEMA = "tts-look/1"  # looks.jsonl lines: the sequential rule's decision after a round
+PLAN_SCHEMA = "tts-plan/1"  # plan.json of a nested pilot: starts and windows per start for a target half-width
 SUMMARY_SCHEMA = "tts-summary/2"  # summary.json (statistics)
 COMPARISON_SCHEMA = "tts-comparison/2"  # comparison.json (statistics)
 MICRO_SCHEMA = "tts-micro/1"  # results.json of the micro benchmark (tools/micro.py), read by the prediction

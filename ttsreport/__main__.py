@@ -1,32 +1,59 @@
-"""`python -m ttsreport reports/<run>`: rebuild statistics and report from the stored files (partial runs too)."""
+"""`python -m ttsreport reports/<run>`: rebuild statistics and report from the stored files (partial runs too).
+
+`--look` appends the sequential rule's decision after the rounds so far to <run>/looks.jsonl (the runner's stop
+signal) and prints it; `--plan` writes <run>/plan.json from a nested pilot. Bad input: one line on stderr, exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from .analysis import write_statistics
+from .analysis import Options, write_statistics
+from .looks import append_look, look
+from .looks import one_line as look_line
+from .pilot import one_line as plan_line
+from .pilot import plan, write_plan
 from .report import write_report
-from .verdict import Settings
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ttsreport", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m ttsreport", description=__doc__.splitlines()[0])
     ap.add_argument("run", help="run folder, e.g. reports/<run>")
-    ap.add_argument("--margin", type=float, default=1.0, help="target margin in %% (default 1)")
-    ap.add_argument("--confidence", type=float, default=0.95, help="family-wise confidence (default 0.95)")
+    ap.add_argument("--margin-pct", type=float, default=None,
+                    help="equivalence margin in %% (default: the run's scenario.yaml margin_pct, else the manifest "
+                         "settings, else 1)")
+    ap.add_argument("--confidence", type=float, default=0.95, help="confidence of every interval (default 0.95)")
     ap.add_argument("--micro", help="results.json of `make micro` for the prediction (default: the counters)")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--look", action="store_true", help="sequential look: append one line to <run>/looks.jsonl")
+    what.add_argument("--plan", action="store_true", help="plan S starts x W window pairs from a nested pilot")
+    ap.add_argument("--target-halfwidth-pct", type=float, default=1.0,
+                    help="with --plan: the interval half-width to reach, in %% (default 1)")
     a = ap.parse_args(argv)
     run = Path(a.run)
     if not run.is_dir():
         print(f"error: {run} is not a folder", file=sys.stderr)
         return 2
     try:
-        write_statistics(run, Settings(confidence=a.confidence, margin_pct=a.margin), a.micro)
+        if a.look:
+            line = look(run, margin_pct=a.margin_pct, confidence=a.confidence)
+            append_look(run, line)
+            print(look_line(line))
+            return 0
+        if a.plan:
+            obj = plan(run, target_halfwidth_pct=a.target_halfwidth_pct, confidence=a.confidence)
+            path = write_plan(run, obj)
+            print(plan_line(obj))
+            print(path)
+            return 0
+        write_statistics(run, Options(confidence=a.confidence, margin_pct=a.margin_pct, micro=a.micro))
         index = write_report(run)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+        msg = str(e).replace("\n", " ") if not isinstance(e, KeyError) else f"missing field {e}"
+        print(f"error: {msg}", file=sys.stderr)
         return 2
     print(index)
     return 0

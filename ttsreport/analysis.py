@@ -1,53 +1,230 @@
-"""Statistics of an A/B run: summary.json (per block, per arm) and comparison.json (per level: differences over
-rounds, CIs, verdicts, prediction), computed from the stored files of `reports/<run>/`.
+"""Statistics of an A/B run: summary.json (per window, per arm) and comparison.json (per level: the verdicts), from
+the stored files of `reports/<run>/`.
 
-Pure functions over those files (loadtest.records is their contract; a record with an unknown schema is refused).
-Everything the report shows is computed here; the report only reads the two JSON files.
+Every comparison goes through ttsreport.inference (docs/method.md): per round d = ln(B/A), the ratio with a Student t
+interval (the start as the unit in a nested design), Holm over levels for the primary metric (the headline; the
+sequential rule's repeated intervals when the run was sequential), secondary metrics uncorrected, the error rate by
+its own verdict, A/A rounds as a bias check, variance components and the order effect of the design, and a second
+analysis without the rounds that had failed requests. Pure functions over the files; the report only reads the two
+JSON files this module writes.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
 
 from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 
-from .blocks import METRICS, PRIMARY_METRIC, VERDICT_METRICS, block_summary, load_run, measure_edges
-from .prediction import prediction, read_micro
-from .verdict import Settings, decide, diff_stats, holm, rounds_for_halfwidth
+from . import inference as inf
+from . import rounds as rd
+from .blocks import METRICS, PRIMARY_METRIC, TELEMETRY_FIELDS, VERDICT_METRICS, block_summary, load_run, measure_edges
+from .prediction import model_prediction, prediction, read_micro, sim_setup
 
-
-def paired_rounds(blocks: list[dict], kind: str) -> dict[int, dict[str, dict]]:
-    """Rounds of `kind` in which both arms have a valid block."""
-    rounds: dict[int, dict[str, dict]] = {}
-    for b in blocks:
-        if b["kind"] == kind and b["valid"]:
-            rounds.setdefault(int(b["round"]), {})[b["arm"]] = b
-    return {r: arms for r, arms in sorted(rounds.items()) if {"A", "B"} <= set(arms)}
+DEFAULT_MARGIN_PCT = 1.0
+DEFAULT_MIN_ROUNDS = 3  # the sequential rule's first look when the manifest does not say
+BOOTSTRAP = 2000  # percentile bootstrap of the primary metric: a diagnostic beside the t interval, never the verdict
+CONTINUITY_KEYS = ("underrun_mean_s", "underrun_p90_s", "continuity_ok_share", "stream_rtf_p50")
 
 
-def _rel_diffs(pairs: dict[int, dict[str, dict]], level: str, metric: str) -> np.ndarray:
-    out = []
-    for arms in pairs.values():
-        la, lb = arms["A"]["levels"].get(level), arms["B"]["levels"].get(level)
-        if la and lb and la[metric] and lb[metric] is not None:
-            out.append(100.0 * (lb[metric] / la[metric] - 1.0))
-    return np.array(out, dtype=float)
+@dataclass(frozen=True)
+class Options:
+    """What a caller may set; everything else comes from the run's own files."""
+
+    confidence: float = 0.95
+    margin_pct: float | None = None  # None: the run's scenario.yaml, else the manifest settings, else 1 %
+    micro: str | None = None  # results.json of `make micro` for the per-call prediction (default: the counters)
+
+
+# ----------------------------------------------------------------------------------------------- run settings
+
+
+def margin_of(run: dict, override: float | None) -> tuple[float, str]:
+    """The equivalence margin in % and where it came from: --margin-pct, the effective scenario.yaml's
+    `margin_pct`, the manifest settings, or the default."""
+    if override is not None:
+        return float(override), "--margin-pct"
+    scen = run.get("scenario") or {}
+    if isinstance(scen, dict) and scen.get("margin_pct") is not None:
+        return float(scen["margin_pct"]), "scenario.yaml"
+    settings = run["manifest"].get("settings") or {}
+    if settings.get("margin_pct") is not None:
+        return float(settings["margin_pct"]), "manifest settings"
+    return DEFAULT_MARGIN_PCT, "default"
+
+
+def primary_of(manifest: dict) -> tuple[str, str]:
+    """The primary metric (the experiment's `primary_metric`, else throughput) and where it came from."""
+    exp = manifest.get("experiment") or {}
+    m = exp.get("primary_metric") if isinstance(exp, dict) else None
+    m = m or (manifest.get("settings") or {}).get("primary_metric")
+    if m is None:
+        return PRIMARY_METRIC, "default"
+    if m not in VERDICT_METRICS:
+        raise ValueError(f"manifest.json: primary_metric {m!r} is not one of {list(VERDICT_METRICS)}")
+    return m, "experiment"
+
+
+def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict | None:
+    """The sequential settings of a run (None: a fixed design). Read from the manifest's `sequential` mapping (or
+    settings.sequential, or settings until="decided" with max_rounds / min_rounds); alpha defaults to
+    1 - confidence and the margin to the run's."""
+    settings = manifest.get("settings") or {}
+    seq = manifest.get("sequential") or settings.get("sequential")
+    if not isinstance(seq, dict):
+        if settings.get("until") != "decided":
+            return None
+        seq = settings
+    max_rounds = seq.get("max_rounds")
+    if max_rounds is None:
+        raise ValueError("manifest.json: a sequential run without max_rounds")
+    return {"min_rounds": int(seq.get("min_rounds") or DEFAULT_MIN_ROUNDS), "max_rounds": int(max_rounds),
+            "alpha": float(seq.get("alpha") or (1.0 - confidence)),
+            "margin_pct": float(seq["margin_pct"]) if seq.get("margin_pct") is not None else margin_pct}
+
+
+# ----------------------------------------------------------------------------------------------- comparisons
+
+
+def compare_metric(pairs: dict, level: str, metric: str, *, unit: str, margin_pct: float, confidence: float,
+                   keep=None, bootstrap: int = 0) -> dict:
+    """compare_rounds for one metric at one level (the start as the unit when `unit` is "start"), with the per-round
+    values behind it."""
+    v = rd.values(pairs, level, metric, keep)
+    groups = v["start"] if unit == "start" else None
+    if groups is not None and any(g is None for g in groups):
+        raise ValueError(f"a nested design needs the start of every window (c={level}, {metric})")
+    m = METRICS[metric]
+    res = inf.compare_rounds(v["a"], v["b"], higher_is_better=m.better == "higher", margin_pct=margin_pct,
+                             confidence=confidence, groups=groups, label=m.label, bootstrap=bootstrap)
+    res["notes"] = res["notes"] + v["notes"]
+    res["rounds"] = [{"round": r, "start": s, "order": o, "a": a, "b": b,
+                      "ratio": None if a is None or b is None else b / a}
+                     for r, s, o, a, b in zip(v["round"], v["start"], v["order"], v["a"], v["b"], strict=True)]
+    return res
+
+
+def unit_log_ratios(pairs: dict, level: str, metric: str, unit: str) -> list[float | None]:
+    """ln(B/A) per unit in run order: per round, or per server start (the mean of its rounds) in a nested design."""
+    v = rd.values(pairs, level, metric)
+    d = [None if a is None or b is None else math.log(b / a) for a, b in zip(v["a"], v["b"], strict=True)]
+    if unit != "start":
+        return d
+    by: dict = {}
+    for s, x in zip(v["start"], d, strict=True):
+        if x is not None:
+            by.setdefault(s, []).append(x)
+    return [float(np.mean(xs)) for xs in by.values()]
+
+
+def headline_fixed(results: dict, alpha: float) -> dict:
+    """The primary metric over levels by Holm (inference.decide_levels)."""
+    dec = inf.decide_levels(results, alpha)
+    return {"rule": "fixed", **dec}
+
+
+def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, seq: dict) -> dict:
+    """The primary metric over levels by the sequential rule on every unit so far (its repeated intervals)."""
+    d = {lv: unit_log_ratios(pairs, lv, metric, unit) for lv in levels}
+    look = inf.sequential_look(d, min_rounds=seq["min_rounds"], max_rounds=seq["max_rounds"], alpha=seq["alpha"],
+                               margin_pct=seq["margin_pct"], higher_is_better=METRICS[metric].better == "higher")
+    return {"rule": "sequential", **look, "correction": look["rule"], "settings": seq}
+
+
+def _aa(pairs_aa: dict, pairs_ab: dict, level: str, metric: str, confidence: float) -> dict:
+    """A/A check of one metric at one level, with the per-round A/B spread beside it."""
+    v = rd.values(pairs_aa, level, metric)
+    ab = [x for x in unit_log_ratios(pairs_ab, level, metric, "round") if x is not None]
+    sd_ab = float(np.std(ab, ddof=1)) if len(ab) >= 2 else None
+    return inf.aa_check(v["a"], v["b"], confidence=confidence, ab_sd_log=sd_ab, ab_n=len(ab),
+                        label=METRICS[metric].label)
+
+
+def _design(pairs: dict, level: str, metric: str, design: str, confidence: float) -> dict:
+    """Variance components (nested designs: between starts, between window pairs, within a window) and the order
+    effect (any design with 2 pairs in each order) of ln(B/A) at one level."""
+    v = rd.values(pairs, level, metric)
+    rows = [(math.log(b / a), s, o, r) for a, b, s, o, r in zip(v["a"], v["b"], v["start"], v["order"], v["round"],
+                                                                 strict=True) if a is not None and b is not None]
+    out: dict = {"components": None, "components_reason": None, "order_effect": None}
+    if design == "nested":
+        within = []
+        for _d, _s, _o, r in rows:
+            arms = pairs[r]
+            wv = [((arms[x]["levels"].get(level) or {}).get("within_var") or {}).get(metric) for x in ("A", "B")]
+            within.append(None if None in wv else wv[0] + wv[1])
+        d, starts = [x[0] for x in rows], [x[1] for x in rows]
+        if None in within:
+            within = None
+            out["components_reason"] = "a window's sampling variance is unknown (too few requests): no within term"
+        try:
+            comp = inf.variance_components(d, starts, within_var=within)
+            out["components"] = {k: comp[k] for k in ("sigma2_start", "sigma2_pair", "sigma2_within", "raw",
+                                                      "truncated", "sd_start", "sd_pair", "n", "n_starts",
+                                                      "n_windows", "mean_log", "method")}
+            if comp["sigma2_within"] is not None:
+                out["components"]["sd_within"] = math.sqrt(comp["sigma2_within"])
+        except ValueError as e:
+            out["components_reason"] = str(e)
+    else:
+        out["components_reason"] = (f"design {design}: windows are not nested in several server starts, so the "
+                                    "between-start and between-pair variances cannot be told apart")
+    orders = [x[2] for x in rows]
+    if all(o in ("AB", "BA") for o in orders) and rows:
+        out["order_effect"] = inf.order_effect([x[0] for x in rows], orders, confidence=confidence)
+    return out
+
+
+def _continuity(pairs: dict, level: str, confidence: float) -> dict:
+    """Streaming continuity of both arms at one level: per-arm means over rounds, and the share of streamed requests
+    with an underrun compared as a failure rate (B - A in percentage points)."""
+    arms: dict = {}
+    for x in ("A", "B"):
+        rows = [p[x]["levels"].get(level) or {} for p in pairs.values()]
+        arms[x] = {k: _mean_or_none([r.get(k) for r in rows]) for k in CONTINUITY_KEYS}
+        arms[x]["n_streamed"] = int(sum(r.get("n_streamed") or 0 for r in rows))
+    counts = {x: ([], []) for x in ("A", "B")}
+    for p in pairs.values():
+        for x in ("A", "B"):
+            r = p[x]["levels"].get(level) or {}
+            n = int(r.get("n_streamed") or 0)
+            counts[x][0].append(n - int(r.get("n_continuity_ok") or 0))
+            counts[x][1].append(n)
+    share = None
+    if sum(counts["A"][1]) and sum(counts["B"][1]):
+        share = inf.compare_error_rates(counts["A"][0], counts["A"][1], counts["B"][0], counts["B"][1],
+                                        confidence=confidence)
+        share["text"] = share["text"].replace("failure rate", "streams with an underrun").replace(
+            "B fails more", "B stalls more").replace("B fails less", "B stalls less")
+    return {"arms": arms, "underrun_share": share, "available": bool(arms["A"]["n_streamed"] or arms["B"]["n_streamed"])}
+
+
+def _mean_or_none(xs) -> float | None:
+    xs = [float(x) for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+# ----------------------------------------------------------------------------------------------- per arm
 
 
 def _arm_bands(blocks: list[dict], levels: list[str], level_cl: float = 0.95) -> dict:
-    """Per arm, level and metric: mean over valid A/B blocks with a Student-t band (for the report's plots)."""
+    """Per arm, level and metric: mean over valid A/B windows with a Student-t band (for the report's plots)."""
     out: dict = {}
+    keys = list(METRICS) + ["syncs_per_call", "syncs_per_step", "syncs_per_request", "seconds_per_call"]
     for arm in ("A", "B"):
         bs = [b for b in blocks if b["valid"] and b["arm"] == arm and b["kind"] in ("ab", "single")]
         out[arm] = {}
         for lv in levels:
             row = {}
-            for key in list(METRICS) + ["syncs_per_call", "syncs_per_step", "syncs_per_request", "seconds_per_call"]:
-                v = np.array([b["levels"][lv][key] for b in bs if lv in b["levels"] and b["levels"][lv][key] is not None])
+            for key in keys:
+                v = np.array([b["levels"][lv][key] for b in bs if lv in b["levels"]
+                              and b["levels"][lv].get(key) is not None])
                 if not v.size:
                     row[key] = None
                     continue
@@ -59,8 +236,75 @@ def _arm_bands(blocks: list[dict], levels: list[str], level_cl: float = 0.95) ->
     return out
 
 
+def _telemetry(blocks: list[dict], levels: list[str]) -> dict:
+    """Per arm and level: the mean over valid A/B windows of each window's telemetry average (None: no samples)."""
+    out: dict = {"available": False, "sources": []}
+    sources: set[str] = set()
+    for arm in ("A", "B"):
+        out[arm] = {}
+        bs = [b for b in blocks if b["valid"] and b["arm"] == arm and b["kind"] in ("ab", "single")]
+        for lv in levels:
+            ws = [b["levels"][lv]["telemetry"] for b in bs if lv in b["levels"] and b["levels"][lv].get("telemetry")]
+            if not ws:
+                out[arm][lv] = None
+                continue
+            for w in ws:
+                sources.update(w.get("sources") or [])
+            out[arm][lv] = {k: _mean_or_none([w.get(k) for w in ws]) for k in TELEMETRY_FIELDS}
+            out[arm][lv]["windows"] = len(ws)
+            out["available"] = True
+    out["sources"] = sorted(sources)
+    out["gpu"] = "nvml" in sources
+    return out
+
+
+def _series_name(family: str, labels: dict) -> str:
+    shown = {k: v for k, v in labels.items() if k not in ("model_name", "replica")}
+    return family + ("{" + ",".join(f"{k}={v}" for k, v in sorted(shown.items())) + "}" if shown else "")
+
+
+def _upstream(blocks: list[dict], levels: list[str]) -> dict:
+    """vllm-omni's own series per arm and level over valid A/B windows: histograms pooled (count, mean = sum/count,
+    mean over windows of each window's p50 and p90), counters summed."""
+    out: dict = {"available": False}
+    for arm in ("A", "B"):
+        out[arm] = {}
+        bs = [b for b in blocks if b["valid"] and b["arm"] == arm and b["kind"] in ("ab", "single")]
+        for lv in levels:
+            ws = [b["levels"][lv]["upstream"] for b in bs if lv in b["levels"] and b["levels"][lv].get("upstream")]
+            if not ws:
+                out[arm][lv] = None
+                continue
+            hist: dict = {}
+            for w in ws:
+                for fam, series in (w.get("histograms") or {}).items():
+                    for s in series:
+                        h = hist.setdefault(_series_name(fam, s["labels"]), {"count": 0.0, "sum": 0.0, "p50": [],
+                                                                             "p90": [], "windows": 0})
+                        h["windows"] += 1
+                        if s.get("count") is not None and s.get("sum") is not None:
+                            h["count"] += s["count"]
+                            h["sum"] += s["sum"]
+                        for q in ("p50", "p90"):
+                            if s.get(q) is not None:
+                                h[q].append(s[q])
+            counters: dict = {}
+            for w in ws:
+                for fam, series in (w.get("counters") or {}).items():
+                    for s in series:
+                        if s.get("delta") is not None:
+                            key = _series_name(fam, s["labels"])
+                            counters[key] = counters.get(key, 0.0) + s["delta"]
+            out[arm][lv] = {"windows": len(ws), "counters": counters,
+                            "histograms": {k: {"count": h["count"], "mean": h["sum"] / h["count"] if h["count"] else None,
+                                               "p50": _mean_or_none(h["p50"]), "p90": _mean_or_none(h["p90"]),
+                                               "windows": h["windows"]} for k, h in sorted(hist.items())}}
+            out["available"] = True
+    return out
+
+
 def _distributions(run: dict, summaries: list[dict], levels: list[str]) -> dict:
-    """Pooled e2e latency quantiles per arm and level over valid A/B blocks (CDF curves for the report)."""
+    """Pooled e2e latency quantiles per arm and level over valid A/B windows (CDF curves for the report)."""
     probs = [float(p) for p in np.linspace(0, 100, 41)]
     valid_ids = {s["block_id"] for s in summaries if s["valid"] and s["kind"] in ("ab", "single")}
     arms: dict = {"probs": probs, "A": {}, "B": {}}
@@ -76,110 +320,215 @@ def _distributions(run: dict, summaries: list[dict], levels: list[str]) -> dict:
     return arms
 
 
-def compare(summaries: list[dict], levels: list[str], s: Settings, metrics=VERDICT_METRICS) -> tuple[dict, int, int, float]:
-    """Per level and metric: differences over rounds, intervals, A/A floor, verdict. Also used by the calibration."""
-    k = max(len(levels), 1)
-    level_cl = 1.0 - (1.0 - s.confidence) / k  # Bonferroni: every level's CI at 1 - alpha/k keeps the family-wise level
-    ab, aa = paired_rounds(summaries, "ab"), paired_rounds(summaries, "aa")
-    per_level: dict = {}
-    for i, lv in enumerate(levels):
-        row = {}
-        for metric in metrics:
-            st = diff_stats(_rel_diffs(ab, lv, metric), level_cl, s, s.seed + 1000 * i + VERDICT_METRICS.index(metric))
-            aa_d = _rel_diffs(aa, lv, metric)
-            st["aa_values"] = [float(v) for v in aa_d]
-            # RMS: |d| for one A/A round; with more rounds it settles at the typical single-round A/A difference
-            # (bias and spread together) instead of growing like a maximum would
-            st["aa_floor"] = float(np.sqrt(np.mean(aa_d ** 2))) if aa_d.size else None
-            st["rounds_for_margin"] = (rounds_for_halfwidth(st["sd"], s.margin_pct, level_cl, s.max_rounds)
-                                       if st["sd"] is not None else None)
-            row[metric] = st
-        per_level[lv] = row
-    for metric in metrics:  # Holm across levels on the per-level t tests (reported beside the CI verdict)
-        adj = holm([per_level[lv][metric]["p_value"] for lv in levels])
-        for lv, p in zip(levels, adj, strict=True):
-            st = per_level[lv][metric]
-            st["p_holm"] = p
-            st["verdict"] = decide(METRICS[metric].better, st, st["aa_floor"], level_cl, s.margin_pct, s.max_rounds)
-    return per_level, len(ab), len(aa), level_cl
+def _arms_info(manifest: dict, starts: dict, variants: dict) -> dict:
+    """What the manifest records per arm (version, image, plugin, simulator config) and its evidence results."""
+    arms = (manifest.get("experiment") or {}).get("arms") or manifest.get("arms") or {}
+    out = {}
+    for arm in ("A", "B"):
+        info = dict(arms.get(arm) or {}) if isinstance(arms, dict) else {}
+        info.setdefault("variant", variants.get(arm))
+        ev = [s for s in starts.values() if s.get("arm") == arm and s.get("evidence") is not None]
+        failed = [f"start {s['start']}: {s['evidence'].get('reason')}" for s in ev if not s["evidence"].get("ok")]
+        info["evidence_result"] = ({"checked": len(ev), "ok": len(ev) - len(failed), "failures": failed}
+                                   if ev else None)
+        out[arm] = info
+    return out
 
 
-def summarize(run_dir: str | Path, settings: Settings | None = None, micro_path: str | Path | None = None) -> tuple[dict, dict]:
+def _starts(starts: dict) -> list[dict]:
+    return [{"start": s.get("start"), "arm": s.get("arm"), "status": s.get("status"), "reason": s.get("reason"),
+             "ready_s": s.get("ready_s"), "stop_s": s.get("stop_s"), "windows": s.get("windows") or [],
+             "evidence": s.get("evidence"), "switches": len(s.get("switches") or [])} for _, s in sorted(starts.items())]
+
+
+def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
+    out = []
+    for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
+        rows = [b["levels"][lv] for b in summaries if b["valid"] and lv in b["levels"]]
+        short = [r for r in rows if r["window_s"] and r["e2e_p50"] and r["window_s"] < 2 * r["e2e_p50"]]
+        if short:
+            worst = max(r["e2e_p50"] for r in short)
+            out.append(f"c={lv}: the measure window ({short[0]['window_s']:.0f} s) is shorter than twice the p50 "
+                       f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} windows: throughput there "
+                       "is a start-up transient, not a steady state; use longer phases for a real answer")
+    for b in run["blocks"]:  # requests running at the stop are never recorded: the last window needs a drain after it
+        edges = measure_edges(b["counters"])
+        if not edges:
+            continue
+        last = max(edges, key=lambda c: edges[c][1])
+        ends = [r["t_start"] + r["e2e_s"] for r in b["requests"] if r.get("e2e_s") is not None
+                and r.get("concurrency") == last]
+        if ends and max(ends) < edges[last][1] + 0.5:
+            out.append(f"c={last}: no drain after the last measure window (window {b['meta'].get('block_id')}"
+                       "): requests still running at the stop are unrecorded, so its throughput reads low")
+            break
+    spanning = sum(b["spanning"]["left_out"] for b in summaries)
+    if spanning:
+        out.append(f"{spanning} request(s) spanned a variant switch and were left out of the window metrics")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- the run
+
+
+def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict, dict]:
     """Compute summary.json and comparison.json for a run folder (pure: reads files, returns dicts)."""
-    s = settings or Settings()
+    o = options or Options()
+    inf._check_confidence(o.confidence)
     run = load_run(run_dir)
     man = run["manifest"]
-    summaries = [block_summary(b) for b in run["blocks"]]
+    design = rd.design_of(man)
+    unit = rd.DESIGN_UNITS[design]
+    margin, margin_src = margin_of(run, o.margin_pct)
+    inf._check_margin(margin)
+    primary, primary_src = primary_of(man)
+    seq = sequential_of(man, margin, o.confidence)
+    summaries = [block_summary(b, run["starts"].get(b["meta"].get("start")), within=design == "nested")
+                 for b in run["blocks"]]
     levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
     variants = man.get("variants") or {"A": next((b["variant"] for b in summaries if b["arm"] == "A"), None),
                                        "B": next((b["variant"] for b in summaries if b["arm"] == "B"), None)}
     backend = man.get("backend") or {}
     backend_name = backend.get("name") if isinstance(backend, dict) else backend
     simulated = backend_name in ("sim", "simulated", "simulator") or any(b["simulated_counters"] for b in summaries)
+    exp = man.get("experiment") if isinstance(man.get("experiment"), dict) else {}
+    setup = sim_setup(man) if simulated else None
     planned = len(man.get("plan") or [])
     complete = sum(b["status"] == "complete" for b in summaries)
     partial = (man.get("status") not in (None, "complete")) or (planned and complete < planned) or \
         any(b["status"] == "interrupted" for b in summaries)
     invalid = [{"block_id": b["block_id"], "round": b["round"], "kind": b["kind"], "arm": b["arm"],
                 "variant": b["variant"], "reason": b["invalid_reason"]} for b in summaries if not b["valid"]]
-
-    warnings_ = []
-    for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
-        rows = [b["levels"][lv] for b in summaries if b["valid"] and lv in b["levels"]]
-        short = [r for r in rows if r["window_s"] and r["e2e_p50"] and r["window_s"] < 2 * r["e2e_p50"]]
-        if short:
-            worst = max(r["e2e_p50"] for r in short)
-            warnings_.append(f"c={lv}: the measure window ({short[0]['window_s']:.0f} s) is shorter than twice the p50 "
-                             f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} blocks: throughput there "
-                             "is a start-up transient, not a steady state; use longer phases for a real answer")
-    for b in run["blocks"]:  # requests running at the stop are never recorded: the last window needs a drain after it
-        ends = [r["t_start"] + r["e2e_s"] for r in b["requests"] if r.get("e2e_s") is not None]
-        edges = measure_edges(b["counters"])
-        if ends and edges:
-            last = max(edges, key=lambda c: edges[c][1])
-            if max(ends) < edges[last][1] + 0.5:
-                warnings_.append(f"c={last}: no drain after the last measure window (block {b['meta'].get('block_id')}"
-                                 "): requests still running at the stop are unrecorded, so its throughput reads low")
-                break
     summary = {
-        "schema": SUMMARY_SCHEMA, "warnings": warnings_, "run_dir": str(run_dir), "run_id": man.get("run_id", Path(run_dir).name),
-        "variants": variants, "backend": backend, "simulated": bool(simulated), "partial": bool(partial),
-        "run_status": man.get("status"), "planned_blocks": planned, "complete_blocks": complete,
-        "started": man.get("started"), "ended": man.get("ended"), "git_revision": man.get("git_revision"),
-        "scenario": man.get("scenario"), "levels": levels,
-        "metrics": {k: {"label": m.label, "unit": m.unit, "better": m.better, "definition": m.definition}
-                    for k, m in METRICS.items()},
-        "blocks": summaries, "invalid_blocks": invalid, "arms": _arm_bands(summaries, levels),
-        "distributions": _distributions(run, summaries, levels), "notes": run["notes"],
+        "schema": SUMMARY_SCHEMA, "run_id": man.get("run_id", Path(run_dir).name), "run_dir": str(run_dir),
+        "warnings": _warnings(run, summaries, levels), "notes": run["notes"],
+        "experiment": {"name": exp.get("name"), "idea": exp.get("idea"), "confounded": exp.get("confounded"),
+                       "primary_metric": primary},
+        "arms_info": _arms_info(man, run["starts"], variants),
+        "variants": variants, "backend": backend, "simulated": bool(simulated),
+        "fidelity": None if setup is None else {"config": setup["config"], "line": setup["fidelity"],
+                                                "reason": setup["reason"]},
+        "design": {"name": design, "unit": unit, "starts": len(run["starts"]) or None},
+        "partial": bool(partial), "run_status": man.get("status"), "planned_blocks": planned,
+        "complete_blocks": complete, "started": man.get("started"), "ended": man.get("ended"),
+        "git_revision": man.get("git_revision"), "scenario": man.get("scenario"), "levels": levels,
+        "metrics": {k: {"label": m.label, "unit": m.unit, "better": m.better, "definition": m.definition,
+                        "verdict": m.verdict} for k, m in METRICS.items()},
+        "blocks": summaries, "invalid_blocks": invalid, "starts": _starts(run["starts"]),
+        "arms": _arm_bands(summaries, levels), "telemetry": _telemetry(summaries, levels),
+        "upstream": _upstream(summaries, levels), "distributions": _distributions(run, summaries, levels),
+        "looks": run["looks"],
     }
-
-    per_level, ab_n, aa_n, level_cl = compare(summaries, levels, s, metrics=VERDICT_METRICS)
-    k = max(len(levels), 1)
-    micro = read_micro(micro_path)
+    comparison = compare(summaries, levels, design=design, primary=primary, margin_pct=margin,
+                         confidence=o.confidence, sequential=seq)
+    comparison["settings"].update(margin_source=margin_src, primary_source=primary_src)
+    micro = read_micro(o.micro)
     a_blocks = [b for b in summaries if b["valid"] and b["arm"] == "A" and b["kind"] == "ab"]
     b_blocks = [b for b in summaries if b["valid"] and b["arm"] == "B" and b["kind"] == "ab"]
-    preds = {lv: prediction(lv, a_blocks, b_blocks, variants, micro) for lv in levels}
-    comparison = {
-        "schema": COMPARISON_SCHEMA, "run_id": summary["run_id"], "variants": variants,
-        "simulated": summary["simulated"], "partial": summary["partial"], "invalid_blocks": invalid,
-        "settings": {"confidence": s.confidence, "per_level_confidence": level_cl, "levels": k,
-                     "correction": f"Bonferroni over {k} levels for the CIs (each at {100 * level_cl:.2f} %); "
-                                   "Holm-adjusted p-values of per-level one-sample t tests reported beside them",
-                     "ci_method": "hull of BCa bootstrap (scipy.stats.bootstrap, seeded) and Student-t interval "
-                                  "over per-round relative differences",
-                     "margin_pct": s.margin_pct, "power": s.power, "n_resamples": s.n_resamples, "seed": s.seed,
-                     "aa_floor": "root mean square of the relative differences of the A/A rounds at that level and metric "
-                                 "(|d| for one round)",
-                     "no_difference_rule": "whole CI inside ±max(margin, A/A floor)"},
-        "rounds": {"ab": ab_n, "aa": aa_n}, "levels": levels, "primary_metric": PRIMARY_METRIC,
-        "per_level": per_level, "prediction": preds,
-    }
+    a_ids = {b["block_id"] for b in a_blocks}
+    frames: dict[str, list[float]] = {}
+    for blk in run["blocks"]:
+        if blk["meta"].get("block_id") in a_ids:
+            for r in sorted(blk["requests"], key=lambda r: r.get("t_start") or 0.0):
+                if r.get("phase") == "measure" and r.get("ok") and r.get("audio_s"):
+                    frames.setdefault(str(r["concurrency"]), []).append(r["audio_s"] * CODEC_FRAME_RATE_HZ)
+    for lv in levels:
+        p = prediction(lv, a_blocks, b_blocks, variants, micro)
+        p["e2e_ratio"] = None if p.get("e2e_diff_pct") is None else 1.0 + p["e2e_diff_pct"] / 100.0
+        p["model"] = model_prediction(setup, lv, a_blocks, frames.get(lv, []), variants)
+        comparison["per_level"][lv]["prediction"] = p
+    comparison.update(run_id=summary["run_id"], variants=variants, simulated=summary["simulated"],
+                      partial=summary["partial"], invalid_blocks=invalid)
     return summary, comparison
 
 
-def write_statistics(run_dir: str | Path, settings: Settings | None = None, micro_path=None) -> tuple[Path, Path]:
+def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", primary: str = PRIMARY_METRIC,
+            margin_pct: float = DEFAULT_MARGIN_PCT, confidence: float = 0.95, sequential: dict | None = None,
+            metrics: tuple[str, ...] = VERDICT_METRICS) -> dict:
+    """comparison.json (without the predictions) from window summaries: also what tools/calibrate.py runs on each
+    drawn experiment."""
+    unit = rd.DESIGN_UNITS[design]
+    alpha = 1.0 - confidence
+    ab, aa = rd.paired_rounds(summaries, "ab"), rd.paired_rounds(summaries, "aa")
+    metrics = tuple(dict.fromkeys((primary, *metrics)))
+    per_level: dict = {}
+    primary_results = {}
+    for lv in levels:
+        row: dict = {"metrics": {}}
+        for m in metrics:
+            res = compare_metric(ab, lv, m, unit=unit, margin_pct=margin_pct, confidence=confidence,
+                                 bootstrap=BOOTSTRAP if m == primary else 0)
+            if m == primary:
+                res["role"], res["corrected"] = "primary", True
+                primary_results[lv] = res
+            else:
+                res = inf.mark_secondary(res)
+            row["metrics"][m] = res
+        f = rd.failures(ab, lv)
+        row["error_rate"] = inf.compare_error_rates(f["a_failed"], f["a_total"], f["b_failed"], f["b_total"],
+                                                    confidence=confidence)
+        row["error_rate"]["rounds_with_failures"] = [r for r, xa, xb in zip(f["round"], f["a_failed"], f["b_failed"],
+                                                                            strict=True) if xa or xb]
+        row["continuity"] = _continuity(ab, lv, confidence)
+        row["aa"] = {m: _aa(aa, ab, lv, m, confidence) for m in metrics} if aa else {}
+        row["design"] = _design(ab, lv, primary, design, confidence)
+        per_level[lv] = row
+    headline = fixed = None
+    if levels and primary_results:
+        fixed = headline_fixed(primary_results, alpha)
+        fixed["metric"] = primary
+        headline = fixed
+        if sequential:
+            headline = headline_sequential(ab, levels, primary, unit, sequential)
+            headline["metric"] = primary
+    clean = _without_failures(ab, levels, primary, unit, margin_pct, confidence, fixed, alpha)
+    aa_warn = [f"c={lv}: {per_level[lv]['aa'][primary]['text']}" for lv in levels
+               if per_level[lv]["aa"].get(primary, {}).get("warn")]
+    aa_warn_secondary = [f"c={lv}: {r['text']}" for lv in levels for m, r in per_level[lv]["aa"].items()
+                         if m != primary and r.get("warn")]
+    return {
+        "schema": COMPARISON_SCHEMA, "levels": levels, "primary_metric": primary,
+        "rounds": {"ab": len(ab), "aa": len(aa)},
+        "settings": {
+            "confidence": confidence, "alpha": alpha, "margin_pct": margin_pct, "design": design, "unit": unit,
+            "estimand": "per round d = ln(B/A); ratio = exp(mean d); interval = exp(Student t interval of d)"
+                        + (" over server starts (each start's mean d)" if unit == "start" else " over rounds"),
+            "decision": f"faster/slower when the {100 * confidence:g} % interval excludes 1; equivalent within "
+                        f"±{margin_pct:g} % by two one-sided tests at alpha {alpha:g}; otherwise inconclusive",
+            "multiplicity": f"primary metric {METRICS[primary].label}: Holm over {len(levels)} level(s) decides the "
+                            "headline; every other metric is an estimate with its own interval, secondary and "
+                            "uncorrected",
+            "bootstrap": f"percentile bootstrap ({BOOTSTRAP} resamples over the units) of the primary metric: a "
+                         "diagnostic, never the verdict",
+            "sequential": sequential,
+            "swap_note": ("one server start holds every window: the interval is conditional on that start "
+                          "(start-to-start variance is not in it; a nested design measures it)") if design == "swap"
+            else None,
+        },
+        "headline": headline, "headline_fixed": fixed if sequential else None, "without_failures": clean,
+        "aa_warnings": aa_warn, "aa_warnings_secondary": aa_warn_secondary, "per_level": per_level,
+    }
+
+
+def _without_failures(ab: dict, levels: list[str], primary: str, unit: str, margin_pct: float, confidence: float,
+                      fixed: dict | None, alpha: float) -> dict | None:
+    """The second analysis of the primary metric: at each level, only the rounds in which neither window had a failed
+    measure-phase request there (Holm over levels as in the first). None when no round had a failure (it would equal
+    the first). `differs` lists the levels whose decision changes."""
+    left_out = {lv: [r for r, arms in ab.items() if not rd.without_failures(lv)(r, arms)] for lv in levels}
+    if fixed is None or not any(left_out.values()):
+        return None
+    results = {lv: compare_metric(ab, lv, primary, unit=unit, margin_pct=margin_pct, confidence=confidence,
+                                  keep=rd.without_failures(lv)) for lv in levels}
+    dec = inf.decide_levels(results, alpha)
+    differs = [lv for lv in levels if dec["levels"][lv]["kind"] != fixed["levels"][lv]["kind"]]
+    return {"rule": "rounds in which neither window had a failed measure-phase request at that level",
+            "left_out": left_out, "headline": dec, "levels": results, "differs": differs}
+
+
+def write_statistics(run_dir: str | Path, options: Options | None = None) -> tuple[Path, Path]:
     """Compute and write summary.json + comparison.json next to the run's raw files."""
-    summary, comparison = summarize(run_dir, settings, micro_path)
+    summary, comparison = summarize(run_dir, options)
     run = Path(run_dir)
     paths = run / "summary.json", run / "comparison.json"
     for p, obj in zip(paths, (summary, comparison), strict=True):

@@ -1,69 +1,115 @@
-"""Per-block metrics of a run: the metric table, loading a run folder and the numbers of each block and level.
+"""Per-window numbers of a run: loading a run folder and the metrics of each window (block) and level.
 
-Pure functions over the stored files (loadtest.records is their contract); analysis.py compares them over rounds.
+Pure functions over the stored files (loadtest.records is their contract; a file of an unknown schema is refused with
+a one-line message); rounds.py pairs the windows and analysis.py compares them. Besides the metric table's values,
+each level of a window carries the sampling variance of its metrics inside the window (for the variance components
+of a nested design), its streaming continuity, the server's telemetry and vllm-omni's own series over the measure
+window, and the requests that spanned a variant switch (left out of the window's metrics).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import zlib
 from pathlib import Path
 
 import numpy as np
+import yaml
 
+from loadtest import omni_metrics
 from loadtest import records as rec
 from loadtest.measures import METRICS, PRIMARY_METRIC, VERDICT_METRICS, Metric  # noqa: F401 (re-exported)
 from tts_predictor import metrics as pm
 
+WITHIN_RESAMPLES = 200  # bootstrap resamples over a window's requests for the sampling variance of a percentile
+QUANTILE_METRICS = {"e2e_p50": ("e2e_s", 50), "e2e_p90": ("e2e_s", 90), "e2e_p99": ("e2e_s", 99),
+                    "ttfa_p50": ("ttfa_s", 50), "rtf_p50": ("rtf", 50), "stream_rtf_p50": ("stream_rtf", 50)}
+TELEMETRY_FIELDS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "power_w", "cpu_pct", "rss_mib")
+SUMMED_OVER_GPUS = ("mem_used_mib", "power_w")  # per-GPU values that add up; utilisation and clock are averaged
+
 # ----------------------------------------------------------------------------------------------- reading a run
 
 
+def _read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
+    """A JSON record file whose schema must be one of `known` (a missing schema field reads as the first)."""
+    try:
+        obj = rec.read_json(path)
+    except ValueError as e:  # json.JSONDecodeError
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if obj is None:
+        return None
+    if obj.get("schema", known[0]) not in known:
+        raise ValueError(f"{path}: unknown schema {obj.get('schema')!r} (this reader knows "
+                         f"{' or '.join(repr(k) for k in known)})")
+    return obj
+
+
+def _jsonl(path: Path, schema: str, notes: list[str]) -> list[dict]:
+    rows, n = rec.read_jsonl(path, schema)
+    notes += n
+    return rows
+
+
 def load_run(run_dir: str | Path) -> dict:
-    """Load manifest and blocks of an A/B run (or a single Locust run, seen as one block of arm A)."""
+    """Manifest, effective scenario, starts, windows (with requests, counters, telemetry) and looks of an A/B run;
+    a single Locust run is seen as one window of arm A. Version-1 runs load too (their later fields read as null)."""
     run = Path(run_dir)
-    manifest = rec.read_json(run / "manifest.json") or {}
-    if manifest and manifest.get("schema") not in rec.RUN_MANIFESTS:
-        raise ValueError(f"{run}/manifest.json: unknown schema {manifest.get('schema')!r}")
+    manifest = _read_json_checked(run / "manifest.json", rec.RUN_MANIFESTS) or {}
     notes: list[str] = []
+    scenario = None
+    if (run / "scenario.yaml").is_file():
+        try:
+            scenario = yaml.safe_load((run / "scenario.yaml").read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ValueError(f"{run}/scenario.yaml: not YAML ({str(e).splitlines()[0]})") from None
+    starts: dict[int, dict] = {}
+    if (run / "starts").is_dir():
+        for sdir in sorted((run / "starts").iterdir()):
+            s = _read_json_checked(sdir / "start.json", (rec.START_SCHEMA,)) if sdir.is_dir() else None
+            if s is not None:
+                starts[int(s["start"])] = s
     blocks = []
     block_dirs = sorted((run / "blocks").iterdir()) if (run / "blocks").is_dir() else []
+    synthetic = None
     if not block_dirs and (run / "requests.jsonl").exists():  # a plain Locust run
-        variant = manifest.get("variant")
         block_dirs = [run]
-        synthetic = {"block_id": run.name, "round": 0, "kind": "single", "arm": "A", "variant": variant,
+        synthetic = {"block_id": run.name, "round": 0, "kind": "single", "arm": "A", "variant": manifest.get("variant"),
                      "status": "complete", "reason": None}
-    else:
-        synthetic = None
     for bdir in block_dirs:
         if not bdir.is_dir():
             continue
-        meta = synthetic or rec.read_json(bdir / "block.json")
+        meta = synthetic or _read_json_checked(bdir / "block.json", (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA]))
         if meta is None:
             notes.append(f"{bdir.name}: no block.json (block never started) — skipped")
             continue
-        if meta.get("schema", rec.BLOCK_SCHEMA) != rec.BLOCK_SCHEMA:
-            raise ValueError(f"{bdir}/block.json: unknown schema {meta.get('schema')!r}")
-        reqs, n1 = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
-        ctrs, n2 = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
-        notes += n1 + n2
-        blocks.append({"meta": meta, "requests": reqs, "counters": ctrs})
-    return {"dir": str(run), "manifest": manifest, "blocks": blocks, "notes": notes}
+        blocks.append({"meta": meta, "requests": _jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA, notes),
+                       "counters": _jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA, notes),
+                       "telemetry": _jsonl(bdir / "telemetry.jsonl", rec.TELEMETRY_SCHEMA, notes)})
+    looks = _jsonl(run / "looks.jsonl", rec.LOOK_SCHEMA, notes)
+    return {"dir": str(run), "manifest": manifest, "scenario": scenario, "starts": starts, "blocks": blocks,
+            "looks": looks, "notes": notes}
 
 
-
-# ----------------------------------------------------------------------------------------------- per block
+# ----------------------------------------------------------------------------------------------- small helpers
 
 
 def _f(x) -> float | None:
-    """JSON-safe float (None for missing/NaN)."""
+    """JSON-safe float (None for missing/NaN/inf)."""
     if x is None:
         return None
     x = float(x)
     return None if not math.isfinite(x) else x
 
 
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return _f(np.mean(xs)) if xs else None
+
+
 def _deltas(counters: list[dict]) -> dict[int, dict]:
-    """Counter deltas of the measure phase by concurrency level (last one wins if a level was repeated)."""
-    return {int(c["concurrency"]): c for c in counters if c.get("kind") == "delta" and c.get("concurrency") is not None}
+    """Counter deltas of the measure windows by concurrency level (last one wins if a level was repeated)."""
+    return {int(c["concurrency"]): c for c in rec.deltas(counters, "measure") if c.get("concurrency") is not None}
 
 
 def _sample_sum(samples: dict, name: str) -> float | None:
@@ -71,9 +117,15 @@ def _sample_sum(samples: dict, name: str) -> float | None:
     return float(sum(vals)) if vals else None
 
 
+def _snapshots(counters: list[dict], edge: str) -> dict[int, dict]:
+    """The ok snapshot at one edge per level (the last one wins)."""
+    return {int(c["concurrency"]): c for c in counters if c.get("kind") == "snapshot" and c.get("edge") == edge
+            and c.get("concurrency") is not None and c.get("ok", True)}
+
+
 def _snapshot_pairs(counters: list[dict], value, keep=lambda a, b: True) -> dict[int, tuple[float, float]]:
-    """Per level: (start, end) of value(snapshot) over the scraper's start/end snapshots (None values skipped; an
-    end pair that keep() refuses leaves the level's earlier pair in place)."""
+    """Per level: (start, end) of value(snapshot) over the scraper's measure-window snapshots (None values skipped;
+    an end pair that keep() refuses leaves the level's earlier pair in place)."""
     start: dict[int, float] = {}
     out: dict[int, tuple[float, float]] = {}
     for c in counters:
@@ -101,16 +153,102 @@ def measure_edges(counters: list[dict]) -> dict[int, tuple[float, float]]:
     return _snapshot_pairs(counters, lambda c: None if c.get("t") is None else float(c["t"]), keep=lambda a, b: b > a)
 
 
-def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, float] | None = None,
-                block_requests: list[dict] | None = None) -> dict:
-    """Metrics of one block at one level (measure phase only), per the METRICS table.
+_KEY = re.compile(r"^([^{]+)(?:\{(.*)\})?$", re.S)
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
-    With the window's edges known, every ok request counts for the share of its lifetime inside the window, whatever
-    phase it started in (one request = one unit of work spread over its duration). On the simulator's known-answer
-    pool this had 40 % less block-to-block spread than counting completions, which jump by whole closed-loop
-    "waves" at window edges. Requests still running when Locust stops are never recorded, so the last level needs a
-    drain about as long as its latency (summary warns when it is missing). Without edges: ok requests started in
-    the measure phase / window length.
+
+def _unescape(v: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), v)
+
+
+def sample_rows(samples: dict, prefix: str = "") -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) rows of a snapshot's samples whose name starts with `prefix`: the inverse of the
+    scraper's `name{k="v",...}` keys (the record contract's snapshot format), for loadtest.omni_metrics."""
+    rows = []
+    for key, value in (samples or {}).items():
+        if not key.startswith(prefix):
+            continue
+        m = _KEY.match(key)
+        if m is None or value is None:
+            continue
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(m.group(2) or "")}
+        rows.append((m.group(1), labels, float(value)))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- one window, one level
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(":".join(str(p) for p in parts).encode())
+
+
+def _var_log_quantile(x: np.ndarray, p: float, rng: np.random.Generator) -> float | None:
+    """Sampling variance of ln(percentile p of x) by a bootstrap over the window's requests."""
+    if x.size < 5 or np.any(x <= 0):
+        return None
+    idx = rng.integers(0, x.size, size=(WITHIN_RESAMPLES, x.size))
+    q = np.percentile(x[idx], p, axis=1)
+    return _f(np.var(np.log(q), ddof=1))
+
+
+def _var_log_ratio_of_means(num: np.ndarray | None, den: np.ndarray) -> float | None:
+    """Delta-method variance of ln(mean num / mean den) (num None: of -ln(mean den)) over n paired requests."""
+    n = den.size
+    if n < 2 or den.mean() <= 0:
+        return None
+    v = den.var(ddof=1) / den.mean() ** 2
+    if num is not None:
+        if num.mean() <= 0:
+            return None
+        v += num.var(ddof=1) / num.mean() ** 2 - 2 * np.cov(num, den)[0, 1] / (num.mean() * den.mean())
+    return _f(max(v, 0.0) / n)
+
+
+def within_variances(ok: list[dict], seed: int) -> dict[str, float | None]:
+    """Sampling variance of ln(metric) inside one window, from its ok measure requests (for the variance components).
+
+    Throughput in a closed loop is c / mean latency (Little's law: c users always busy), so its sampling variance is
+    that of the mean latency (delta method); a Poisson count variance would treat the requests as arrivals of an open
+    loop and overstate it many times. Audio throughput is c * mean audio / mean latency (a ratio of means). A
+    percentile's variance comes from a bootstrap over the window's requests (seeded per window and level).
+    """
+    rng = np.random.default_rng(seed)
+    e2e = np.array([r["e2e_s"] for r in ok if r.get("e2e_s")], dtype=float)
+    audio = np.array([r.get("audio_s") or 0.0 for r in ok if r.get("e2e_s")], dtype=float)
+    out: dict[str, float | None] = {
+        "throughput_rps": _var_log_ratio_of_means(None, e2e),
+        "audio_throughput": _var_log_ratio_of_means(audio, e2e) if audio.size and audio.mean() > 0 else None,
+    }
+    for key, (field_, p) in QUANTILE_METRICS.items():
+        x = np.array([r[field_] for r in ok if r.get(field_) is not None], dtype=float)
+        out[key] = _var_log_quantile(x, p, rng)
+    return out
+
+
+def continuity(ok: list[dict]) -> dict:
+    """Streaming continuity of one window and level: ok streamed requests with continuity fields (version 2)."""
+    streamed = [r for r in ok if r.get("mode", "stream") == "stream" and r.get("underrun_s") is not None]
+    under = np.array([r["underrun_s"] for r in streamed], dtype=float)
+    srtf = np.array([r["stream_rtf"] for r in streamed if r.get("stream_rtf") is not None], dtype=float)
+    n_ok = sum(bool(r.get("continuity_ok")) for r in streamed)
+    return {"n_streamed": len(streamed), "n_continuity_ok": n_ok,
+            "underrun_mean_s": _f(under.mean()) if under.size else None,
+            "underrun_p90_s": _f(np.percentile(under, 90)) if under.size else None,
+            "continuity_ok_share": _f(n_ok / len(streamed)) if streamed else None,
+            "stream_rtf_p50": _f(np.percentile(srtf, 50)) if srtf.size else None}
+
+
+def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, float] | None = None,
+                level_requests: list[dict] | None = None, seed: int = 0, within: bool = True) -> dict:
+    """Metrics of one window at one level (measure phase only), per the METRICS table.
+
+    With the window's edges known, every ok request of the level counts for the share of its lifetime inside the
+    window, whatever phase it started in (one request = one unit of work spread over its duration). On the
+    simulator's known-answer pool this had 40 % less block-to-block spread than counting completions, which jump by
+    whole closed-loop "waves" at window edges. Requests still running when Locust stops are never recorded, so the
+    last level needs a drain about as long as its latency (the summary warns when it is missing). Without edges: ok
+    requests started in the measure phase / window length.
     """
     meas = [r for r in requests if r.get("phase") == "measure"]
     ok = [r for r in meas if r.get("ok")]
@@ -120,7 +258,7 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
         window, window_src = b - a, "snapshots"
         n_thr = audio_thr = 0.0
         completed = 0
-        for r in block_requests or requests:
+        for r in level_requests or requests:
             e = r.get("e2e_s")
             if not r.get("ok") or not e or e <= 0:
                 continue
@@ -158,12 +296,16 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
         "e2e_mean": _f(e2e.mean()) if e2e.size else None,
         "errors": rec.error_counts(meas),
     }
+    out.update(continuity(ok))
+    out["within_var"] = within_variances(ok, seed) if within else None
     out.update(_counter_stats(delta, n_ok))
     return out
 
 
 def _counter_stats(delta: dict | None, n_ok: int) -> dict:
-    """Server-side numbers of a level from its counter delta: syncs per call/step/request, seconds per call."""
+    """Server-side numbers of a level from its measure-window counter delta: syncs per call/step/request, seconds
+    per call. In a version-2 run the observer is off in the measure window, so the sync ratios are null there and
+    come from the count window (see block_summary)."""
     if not delta:
         return {"syncs_per_call": None, "syncs_per_step": None, "syncs_per_request": None,
                 "seconds_per_call": None, "calls_per_request": None, "mean_batch": None}
@@ -182,30 +324,116 @@ def _counter_stats(delta: dict | None, n_ok: int) -> dict:
     }
 
 
+def telemetry_window(samples: list[dict], edges: tuple[float, float] | None) -> dict | None:
+    """Mean of each telemetry field over one measure window: per GPU first, then averaged over GPUs (utilisation,
+    clock) or summed (memory, power); the process source (CPU %, RSS) where no GPU was readable. None without
+    samples inside the window."""
+    if not edges or not samples:
+        return None
+    a, b = edges
+    inside = [s for s in samples if s.get("t") is not None and a <= float(s["t"]) <= b]
+    if not inside:
+        return None
+    out: dict = {"samples": len(inside), "sources": sorted({str(s.get("source")) for s in inside})}
+    for name in TELEMETRY_FIELDS:
+        per_gpu: dict = {}
+        for s in inside:
+            if s.get(name) is not None:
+                per_gpu.setdefault(s.get("gpu"), []).append(float(s[name]))
+        means = [float(np.mean(v)) for v in per_gpu.values()]
+        out[name] = _f(sum(means) if name in SUMMED_OVER_GPUS else np.mean(means)) if means else None
+    out["gpus"] = len({s.get("gpu") for s in inside if s.get("gpu") is not None})
+    return out
 
 
-def block_summary(block: dict) -> dict:
-    """Everything about one block: its metadata, validity (status + manipulation check) and per-level metrics."""
+def upstream_window(counters: list[dict], level: int) -> dict | None:
+    """vllm-omni's own series over one measure window (loadtest.omni_metrics.window_delta), None when the server
+    exposes none of them (our 0.16.0 plugin, the simulator)."""
+    start, end = _snapshots(counters, "start").get(level), _snapshots(counters, "end").get(level)
+    if end is None:
+        return None
+    end_rows = sample_rows(end.get("samples"), omni_metrics.PREFIX)
+    if not end_rows:
+        return None
+    start_rows = sample_rows(start.get("samples"), omni_metrics.PREFIX) if start is not None else None
+    delta = omni_metrics.window_delta(start_rows, end_rows)
+    return {kind: {k: v for k, v in fams.items() if v is not None} for kind, fams in delta.items()}
+
+
+def _switch_spans(start: dict | None) -> list[tuple[float, float]]:
+    """Time spans in which a variant switch of this server start was in flight: from the control write to the
+    server's confirmation (the write alone where no confirmation was recorded)."""
+    spans = []
+    for sw in (start or {}).get("switches") or []:
+        if sw.get("t") is None:
+            continue
+        t = float(sw["t"])
+        spans.append((t, max(t, float(sw.get("confirmed_t") or t))))
+    return spans
+
+
+def _spans_switch(r: dict, spans: list[tuple[float, float]]) -> bool:
+    e = r.get("e2e_s")
+    if not spans or e is None or r.get("t_start") is None:
+        return False
+    t0, t1 = float(r["t_start"]), float(r["t_start"]) + float(e)
+    return any(t0 < hi and lo < t1 for lo, hi in spans)
+
+
+def _count_sync_ratios(counters: list[dict]) -> dict[int, dict]:
+    """Syncs per call / step from the count windows (the observer on; version 2), by level."""
+    out = {}
+    for d in rec.deltas(counters, "count"):
+        if d.get("concurrency") is None:
+            continue
+        syncs, ocalls, calls, steps = d.get("syncs"), d.get("observed_calls"), d.get("calls"), d.get("steps")
+        spc = _f(syncs / ocalls) if syncs is not None and ocalls else None
+        out[int(d["concurrency"])] = {"syncs_per_call": spc,
+                                      "syncs_per_step": _f(spc * calls / steps) if spc is not None and calls and steps
+                                      else None}
+    return out
+
+
+def block_summary(block: dict, start: dict | None = None, within: bool = True) -> dict:
+    """Everything about one window: its metadata, validity (status + manipulation check), the requests that spanned
+    a variant switch of its server start (left out), and per level its metrics, telemetry and upstream series.
+    within=False skips the sampling variances inside the window (only the variance components need them)."""
     meta = block["meta"]
+    spans = _switch_spans(start)
+    spanning = [r for r in block["requests"] if _spans_switch(r, spans)]
+    span_ids = {id(r) for r in spanning}
     by_level: dict[int, list[dict]] = {}
     for r in block["requests"]:
-        if r.get("concurrency") is not None:
+        if r.get("concurrency") is not None and id(r) not in span_ids:
             by_level.setdefault(int(r["concurrency"]), []).append(r)
     deltas, edges = _deltas(block["counters"]), measure_edges(block["counters"])
+    count_syncs = _count_sync_ratios(block["counters"])
     stalls = _snapshot_deltas(block["counters"], pm.SIM_STALL_SECONDS)
     levels = {}
     for c in sorted(by_level):
-        row = level_stats(by_level[c], deltas.get(c), edges.get(c), block["requests"])
+        row = level_stats(by_level[c], deltas.get(c), edges.get(c), by_level[c], _seed(meta.get("block_id"), c),
+                          within)
+        if c in count_syncs:  # version 2: the sync ratios come from the count window (observer on)
+            row.update({k: v for k, v in count_syncs[c].items() if v is not None})
+            if row.get("syncs_per_call") is not None and row.get("calls_per_request") is not None:
+                row["syncs_per_request"] = _f(row["syncs_per_call"] * row["calls_per_request"])
         calls = (deltas.get(c) or {}).get("calls")
         # simulator only: the GPU stall it sleeps per sync is not inside the host time of the call
         row["stall_seconds_per_call"] = _f(stalls[c] / calls) if c in stalls and calls else None
+        row["telemetry"] = telemetry_window(block.get("telemetry") or [], edges.get(c))
+        row["upstream"] = upstream_window(block["counters"], c)
+        row["n_spanning"] = sum(1 for r in spanning if r.get("concurrency") == c)
         levels[str(c)] = row
     check = rec.manipulation_check(meta.get("variant"), block["counters"])
     why = rec.block_validity(meta, check, measured=bool(levels))
     simulated = any('backend="simulated"' in k for c in block["counters"] if c.get("kind") == "snapshot"
                     for k in (c.get("samples") or {}))
+    runner_requests = meta.get("requests") or {}
     return {k: meta.get(k) for k in ("block_id", "round", "kind", "arm", "variant", "status", "started", "ended")} | {
+        "start": meta.get("start"), "position": meta.get("position"), "level_order": meta.get("levels") or None,
+        "attempt": meta.get("attempt"), "failed_before": meta.get("failed_before"), "timing": meta.get("timing") or {},
         "valid": why is None, "invalid_reason": why, "manipulation": check, "simulated_counters": simulated,
+        "spanning": {"left_out": len(spanning), "runner": runner_requests.get("spanning")},
+        "telemetry_samples": len(block.get("telemetry") or []),
         "levels": levels,
     }
-

@@ -1,8 +1,11 @@
-"""The prediction beside each observed difference: per-call saving x calls per step x steps per request.
+"""The predictions beside each observed difference.
 
-The per-call times come from the block counters (host time, plus the simulator's modelled sync stall) or from the
-micro benchmark's results.json (the file contract of tools/micro.py); steps per request are codec frames, i.e.
-audio seconds x the codec frame rate (tts_predictor.domain).
+1. Per-call saving x calls per step x steps per request: the per-call times come from the window counters (host
+   time, plus the simulator's modelled sync stall) or from the micro benchmark's results.json (the file contract of
+   tools/micro.py); steps per request are codec frames, i.e. audio seconds x the codec frame rate.
+2. For a simulated run, the fitted simulator model's own prediction (ttssim.fit.effect_interval: the virtual engine
+   replays the level, pure arithmetic, no server) with an interval from the fit's parameter uncertainty, and the
+   fit's one-line fidelity summary (<config>.fit.json beside the simulator config).
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ import numpy as np
 
 from loadtest.records import MICRO_SCHEMA
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ, DECODE_CALLS_PER_STEP, PREFILL_CALLS_PER_STEP
+from ttssim import fit as sim_fit
+from ttssim.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_FRAMES = 48  # request lengths (codec frames) of arm A handed to the virtual engine, in the order they ran
 
 
 def read_micro(path: str | Path | None) -> dict[tuple[str, int], float] | None:
@@ -83,3 +91,72 @@ def prediction(level: str, a_blocks: list[dict], b_blocks: list[dict], variants:
                throughput_diff_pct=100.0 * (e2e_a / (e2e_a - e2e_saving) - 1.0) if e2e_a > e2e_saving else None)
     return out
 
+
+
+# ----------------------------------------------------------------------------------------------- the fitted model
+
+
+def _repo_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else ROOT / p
+
+
+def sim_setup(manifest: dict) -> dict | None:
+    """The simulator config a simulated run used (arm A's), its overrides and its stored fit; None for a real run.
+
+    Version 1 and the shorthand runs record `sim_config.path` and `settings.sim_set`; an experiment run records each
+    arm's `sim_config` and `sim_set` (loadtest.experiment.arm_manifest)."""
+    arms = ((manifest.get("experiment") or {}).get("arms") or manifest.get("arms") or {})
+    arm_a = arms.get("A") if isinstance(arms, dict) else None
+    path = sets = None
+    if isinstance(arm_a, dict) and arm_a.get("backend") == "sim":
+        path, sets = arm_a.get("sim_config"), arm_a.get("sim_set")
+    if path is None and isinstance(manifest.get("sim_config"), dict):
+        path = manifest["sim_config"].get("path")
+    if path is None:
+        return None
+    sets = list(sets if sets is not None else (manifest.get("settings") or {}).get("sim_set") or [])
+    out = {"config": path, "sim_set": sets, "fit": None, "fidelity": None, "reason": None}
+    cfg_path = _repo_path(path)
+    if not cfg_path.is_file():
+        out["reason"] = f"{path} not found beside this checkout: no model prediction"
+        return out
+    fit = sim_fit.load_fit(cfg_path)
+    if fit is None:
+        out["reason"] = (f"{path} has no {sim_fit.FIT_SUFFIX} (an unfitted test profile: its absolute numbers stand for "
+                         "no real server)")
+        return out
+    out["fit"] = fit
+    out["fidelity"] = fit.get("fidelity")
+    return out
+
+
+def model_prediction(setup: dict | None, level: str, a_blocks: list[dict], a_requests: list[float],
+                     variants: dict) -> dict | None:
+    """The fitted model's predicted p50-latency ratio B/A at a level with its interval (from the fit's covariance,
+    not from run-to-run noise); None for a real run. `a_requests`: codec frames of arm A's ok measure requests at
+    this level in the order they ran (the first MODEL_FRAMES go to the virtual engine)."""
+    if setup is None:
+        return None
+    out = {"source": "fitted simulator model (ttssim.fit.effect_interval, virtual engine)", "config": setup["config"],
+           "ratio": None, "ci": None, "pct": None, "reason": setup.get("reason")}
+    if setup.get("fit") is None:
+        return out
+    va, vb = variants.get("A"), variants.get("B")
+    if not va or not vb:
+        out["reason"] = "an arm has no predictor variant: the model compares variants only"
+        return out
+    frames = [max(1, round(f)) for f in a_requests[:MODEL_FRAMES]]
+    if not frames:
+        out["reason"] = "no ok request of arm A at this level"
+        return out
+    try:
+        cfg = load_config(_repo_path(setup["config"]), setup.get("sim_set") or [])
+        est, lo, hi = sim_fit.effect_interval(sim_fit.fit_from_dict(setup["fit"]), cfg, int(level), frames, va, vb)
+    except (ValueError, KeyError) as e:
+        out["reason"] = f"model prediction failed: {e}"
+        return out
+    out.update(pct=est, ratio=1.0 + est / 100.0, ci=[1.0 + lo / 100.0, 1.0 + hi / 100.0], frames=len(frames),
+               reason=None, note="the virtual engine times each variant's predictor with the H100 function "
+                                 "benchmark (ttssim.model), not with this machine's CPU")
+    return out

@@ -1,34 +1,32 @@
 """The report: summary.md and a self-contained offline index.html from the statistics' JSON.
 
 It computes nothing: every number it shows is read from summary.json / comparison.json (unit conversions for display
-aside), so what a person sees is exactly what the statistics wrote. Plots are inline SVG from matplotlib (no CDN,
-no scripts), so the page opens from a mail attachment or an air-gapped host.
+aside), so what a person sees is exactly what the statistics wrote. Both pages are built from one list of sections
+(paragraphs and tables; the HTML adds the figures of ttsreport.plots), so they say the same things.
+
+Order: banners (simulated + fidelity, confounded release comparison, A/A bias, partial run, invalid windows), the
+headline (primary metric per level: decision, ratio, interval, Holm), the per-level table (primary, secondary
+metrics marked uncorrected, error rate), A/A check, failures, design (variance components, order effect, level
+orders), sequential looks, telemetry, streaming continuity, vllm-omni's own metrics, predictions, arms, windows.
 """
 
 from __future__ import annotations
 
 import html
-import io
 import json
-import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 
-matplotlib.use("svg")
-import matplotlib.pyplot as plt  # noqa: E402
+from . import plots
 
-from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA  # noqa: E402
-
-COLORS = {"A": "#3b6ea8", "B": "#e07b39"}
-VERDICT_COLORS = {"faster": "#1f9d55", "slower": "#d64545", "no_difference": "#5b6b7c", "inconclusive": "#c98a06"}
-TABLE_METRICS = ("throughput_rps", "audio_throughput", "e2e_p50", "e2e_p90", "e2e_p99", "ttfa_p50", "rtf_p50")
-
-plt.rcParams.update({
-    "svg.hashsalt": "ttsreport", "svg.fonttype": "path", "font.size": 9, "axes.spines.top": False,
-    "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25, "axes.titleweight": "bold",
-    "axes.titlesize": 10, "legend.frameon": False, "figure.dpi": 96,
-})
+TABLE_METRICS = ("throughput_rps", "audio_throughput", "e2e_p50", "e2e_p90", "e2e_p99", "ttfa_p50", "rtf_p50",
+                 "stream_rtf_p50")
+TELEMETRY_COLUMNS = (("gpu_util_pct", "GPU util", "%", 1.0), ("sm_clock_mhz", "SM clock", "MHz", 1.0),
+                     ("mem_used_mib", "memory used", "MiB", 1.0), ("power_w", "power", "W", 1.0),
+                     ("cpu_pct", "server CPU", "%", 1.0), ("rss_mib", "server RSS", "MiB", 1.0))
+DASH = "—"
 
 
 def load(run_dir: str | Path) -> tuple[dict, dict]:
@@ -36,222 +34,500 @@ def load(run_dir: str | Path) -> tuple[dict, dict]:
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     comparison = json.loads((run / "comparison.json").read_text(encoding="utf-8"))
     if summary.get("schema") != SUMMARY_SCHEMA or comparison.get("schema") != COMPARISON_SCHEMA:
-        raise ValueError(f"{run}: unknown statistics schema {summary.get('schema')!r} / {comparison.get('schema')!r}")
+        raise ValueError(f"{run}: unknown statistics schema {summary.get('schema')!r} / {comparison.get('schema')!r} "
+                         f"(this report reads {SUMMARY_SCHEMA!r} / {COMPARISON_SCHEMA!r}: rerun python -m ttsreport)")
     return summary, comparison
 
 
-# ----------------------------------------------------------------------------------------------- plots
+# ----------------------------------------------------------------------------------------------- formatting
 
 
-def _svg(fig) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is inlined into HTML
-    return re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # a date: same JSON, same page
+def _r(x) -> str:
+    return DASH if x is None else f"×{x:.3f}"
 
 
-def _label(summary: dict, arm: str) -> str:
-    return f"{arm}: {summary['variants'].get(arm)}"
+def _ci(ci) -> str:
+    return DASH if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def _arm_line(ax, summary: dict, metric: str, scale: float = 1.0) -> bool:
-    """Mean per level and arm with its band (both from summary.json)."""
-    drawn = False
-    for arm in ("A", "B"):
-        pts = [(int(lv), r[metric]) for lv, r in summary["arms"][arm].items() if r.get(metric)]
-        if not pts:
-            continue
-        xs = [p[0] for p in pts]
-        ax.plot(xs, [p[1]["mean"] * scale for p in pts], "o-", color=COLORS[arm], label=_label(summary, arm), lw=2)
-        ax.fill_between(xs, [p[1]["lo"] * scale for p in pts], [p[1]["hi"] * scale for p in pts],
-                        color=COLORS[arm], alpha=0.18, lw=0)
-        drawn = True
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([int(lv) for lv in summary["levels"]], [str(lv) for lv in summary["levels"]])
-    ax.minorticks_off()
-    ax.set_xlabel("concurrency")
-    return drawn
+def _p(x) -> str:
+    return DASH if x is None else (f"{x:.2g}" if x >= 0.001 else f"{x:.1e}")
 
 
-def plot_levels(summary: dict) -> str:
-    fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.4))
-    specs = [("throughput_rps", "Throughput (req/s) ↑", 1.0),
-             ("e2e_p50", "p50 end-to-end latency (ms) ↓", 1e3),
-             ("ttfa_p50", "p50 time to first audio (ms) ↓", 1e3)]
-    for ax, (metric, title, scale) in zip(axes, specs, strict=True):
-        if not _arm_line(ax, summary, metric, scale):
-            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="#888")
-        ax.set_ylim(bottom=0)  # a wide band of a few blocks may reach below zero: these quantities cannot
-        ax.set_title(title, loc="left")
-    axes[0].legend(loc="best")
-    fig.text(0.99, -0.02, "bands: 95 % Student-t interval of the per-block values", ha="right", color="#777", fontsize=8)
-    return _svg(fig)
+def _words(gain) -> str:
+    """How many times faster B is, from the `gain` the statistics wrote (> 1 faster in the metric's direction)."""
+    if gain is None:
+        return DASH
+    return f"B {gain:.2f}x faster" if gain >= 1 else f"B {1 / gain:.2f}x slower"
 
 
-def plot_distributions(summary: dict) -> str:
-    dist = summary["distributions"]
-    levels = [lv for lv in summary["levels"] if lv in dist["A"] or lv in dist["B"]]
-    if not levels:
-        return ""
-    cols = min(len(levels), 6)
-    rows = -(-len(levels) // cols)
-    cols = max(cols, 4)  # the page scales an SVG to its width: keep the text size of the other plots
-    fig, axes = plt.subplots(rows, cols, figsize=(12.5, 2.3 * rows + 0.4), squeeze=False)
-    probs = dist["probs"]
-    for ax in axes.flat[len(levels):]:
-        ax.axis("off")
-    for ax, lv in zip(axes.flat, levels, strict=False):
-        for arm in ("A", "B"):
-            if lv in dist[arm]:
-                ax.plot([q * 1e3 for q in dist[arm][lv]], probs, color=COLORS[arm], lw=1.8, label=_label(summary, arm))
-        ax.set_title(f"c = {lv}", loc="left")
-        ax.set_yticks([0, 50, 100])
-        ax.tick_params(labelsize=7)
-    axes.flat[0].set_ylabel("percentile")
-    axes.flat[0].legend(loc="lower right", fontsize=7)
-    fig.supxlabel("end-to-end latency (ms), pooled over valid A/B blocks", fontsize=8)
-    fig.tight_layout()
-    return _svg(fig)
-
-
-def plot_syncs(summary: dict) -> str:
-    fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.2))
-    specs = [("syncs_per_call", "syncs per build_attn_metadata call"),
-             ("syncs_per_step", "syncs per talker step"),
-             ("syncs_per_request", "syncs per request")]
-    for ax, (metric, title) in zip(axes, specs, strict=True):
-        if not _arm_line(ax, summary, metric):
-            ax.text(0.5, 0.5, "no counters", transform=ax.transAxes, ha="center", color="#888")
-        ax.set_title(title, loc="left")
-        ax.set_yscale("symlog", linthresh=1)  # the vectorized variant sits at 0
-        ax.set_ylim(bottom=0)
-    axes[0].legend(loc="best")
-    return _svg(fig)
-
-
-def plot_prediction(summary: dict, comparison: dict) -> str:
-    """Observed CI of the B-vs-A difference per level (e2e p50 and throughput) beside the predicted value."""
-    levels = comparison["levels"]
-    fig, axes = plt.subplots(1, 2, figsize=(12.5, 3.3))
-    specs = [("e2e_p50", "e2e_diff_pct", "p50 latency, B vs A (%)"),
-             ("throughput_rps", "throughput_diff_pct", "throughput, B vs A (%)")]
-    for ax, (metric, pkey, title) in zip(axes, specs, strict=True):
-        xs = list(range(len(levels)))
-        for i, lv in enumerate(levels):
-            st = comparison["per_level"][lv][metric]
-            kind = st["verdict"]["kind"]
-            col = VERDICT_COLORS[kind]
-            if st["ci"]:
-                ax.plot([i, i], st["ci"], color=col, lw=6, alpha=0.35, solid_capstyle="butt")
-            if st["hl"] is not None:
-                ax.plot(i, st["hl"], "o", color=col, ms=7, label="observed (HL, CI)" if i == 0 else None)
-            for v in st["values"]:
-                ax.plot(i + 0.18, v, ".", color="#999", ms=4, label="per round" if (i == 0 and v == st["values"][0])
-                        else None)
-            pred = comparison["prediction"][lv].get(pkey)
-            if pred is not None:
-                ax.plot(i - 0.18, pred, "D", color="#222", ms=6, mfc="white", label="predicted" if i == 0 else None)
-            floor = st.get("aa_floor")
-            if floor is not None:
-                ax.plot([i - 0.35, i + 0.35], [floor, floor], color="#999", lw=0.8, ls=":")
-                ax.plot([i - 0.35, i + 0.35], [-floor, -floor], color="#999", lw=0.8, ls=":")
-        ax.axhline(0, color="#444", lw=0.8)
-        ax.set_xticks(xs, [f"c={lv}" for lv in levels])
-        ax.set_title(title, loc="left")
-        ax.grid(axis="x", visible=False)
-    handles, labels = axes[0].get_legend_handles_labels()
-    axes[0].legend(handles, labels, loc="best", fontsize=7)
-    fig.text(0.99, -0.03, f"bars: {100 * comparison['settings']['per_level_confidence']:.1f} % CI per level "
-             "(Bonferroni); dotted: ± A/A noise floor", ha="right", color="#777", fontsize=8)
-    return _svg(fig)
-
-
-# ----------------------------------------------------------------------------------------------- text
-
-
-def _esc(x) -> str:
-    return html.escape(str(x))
-
-
-def _fmt(v, metric: str) -> str:
+def _value(v, unit: str) -> str:
     if v is None:
-        return "–"
-    if metric.startswith(("e2e", "ttfa")):
-        return f"{v * 1e3:.0f} ms"
-    if metric == "error_rate":
-        return f"{100 * v:.2f} %"
+        return DASH
+    if unit == "s":
+        return f"{v * 1e3:.0f} ms" if abs(v) >= 0.01 or v == 0 else f"{v * 1e3:.2f} ms"
+    if unit == "share":
+        return f"{100 * v:.1f} %"
     return f"{v:.3g}"
 
 
+def _pct(v) -> str:
+    return DASH if v is None else f"{v:.2f} %"
+
+
+def _sd_pct(sd) -> str:
+    """A standard deviation on the log scale as an approximate percentage."""
+    return DASH if sd is None else f"{100 * sd:.2f} %"
+
+
+# ----------------------------------------------------------------------------------------------- page model
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list]  # a cell: text, or (text, css class)
+    note: str = ""
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    parts: list = field(default_factory=list)  # str (a paragraph), Table, or ("svg", markup)
+
+
 def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
-    """(css class, text) of the loud banners: simulated backend, invalid blocks, partial run."""
+    """(css class, text) of the loud banners."""
     out = []
     if summary["simulated"]:
+        fid = summary.get("fidelity") or {}
+        line = fid.get("line") or (f"fidelity: {fid['reason']}" if fid.get("reason") else "fidelity: not recorded")
         out.append(("sim", "SIMULATED BACKEND — these numbers come from the ttssim simulator (modelled step times + the "
-                           "real variant code on CPU), not from vllm-omni on a GPU."))
+                           f"real variant code on CPU), not from vllm-omni on a GPU. {line}"))
+    conf = (summary.get("experiment") or {}).get("confounded")
+    if conf:
+        out.append(("confounded", "RELEASE VS RELEASE — everything differs between the arms, not one function: "
+                                  f"{conf}. A difference here cannot be attributed to any single change."))
+    for w in comparison.get("aa_warnings") or []:
+        out.append(("invalid", f"A/A BIAS — {w}. The set-up itself moves the primary metric (order, warm-up or "
+                               "drift): treat every verdict with suspicion until it is understood."))
     if summary["partial"]:
         out.append(("partial", f"PARTIAL RUN — {summary['complete_blocks']} of {summary['planned_blocks'] or '?'} "
-                               f"planned blocks complete (run status: {summary.get('run_status')}). "
+                               f"planned windows complete (run status: {summary.get('run_status')}). "
                                "Verdicts use only the complete rounds."))
+    note = comparison["settings"].get("swap_note")
+    if note:
+        out.append(("warn", f"ONE SERVER START — {note}"))
     for w in summary.get("warnings") or []:
-        out.append(("warn", f"SHORT PHASES — {w}"))
+        out.append(("warn", f"NOTE — {w}"))
     for b in summary["invalid_blocks"]:
-        out.append(("invalid", f"INVALID BLOCK {b['block_id']} (round {b['round']}, {b['kind']}, arm {b['arm']}, "
+        out.append(("invalid", f"INVALID WINDOW {b['block_id']} (round {b['round']}, {b['kind']}, arm {b['arm']}, "
                                f"{b['variant']}) excluded: {b['reason']}"))
     return out
 
 
-def headline(comparison: dict) -> list[tuple[str, str, str]]:
-    """(level, verdict kind, text) for the primary metric, in level order."""
-    pm = comparison["primary_metric"]
-    return [(lv, comparison["per_level"][lv][pm]["verdict"]["kind"], comparison["per_level"][lv][pm]["verdict"]["text"])
-            for lv in comparison["levels"]]
+def cards(comparison: dict) -> list[dict]:
+    """The headline per level: kind, ratio, interval, words, and the multiplicity note."""
+    head = comparison.get("headline")
+    if not head:
+        return []
+    out = []
+    seq = head.get("rule") == "sequential"
+    for lv in comparison["levels"]:
+        row = head["levels"][lv]
+        res = comparison["per_level"][lv]["metrics"][comparison["primary_metric"]]
+        ci = row.get("ci_equivalence") if seq and row.get("kind") == "equivalent" else row.get("ci")
+        gain = res.get("gain")
+        note = (f"sequential rule, Holm p {_p(row.get('p_holm'))}" if seq
+                else f"Holm p {_p(row.get('p_holm'))} over {len(comparison['levels'])} level(s)")
+        if row.get("kind") == "inconclusive" and row.get("rounds_needed"):
+            note += f"; about {row['rounds_needed']} more {res.get('unit', 'round')}(s)"
+        out.append({"level": lv, "kind": row.get("kind"), "ratio": row.get("ratio"), "ci": ci, "words": _words(gain),
+                    "note": note, "n": row.get("n"), "unit": res.get("unit")})
+    return out
+
+
+def _metric_row(summary, lv, m, res, headline_row=None) -> list:
+    meta = summary["metrics"][m]
+    arms = [summary["arms"][x].get(lv, {}).get(m) for x in ("A", "B")]
+    kind = (headline_row or res)["kind"]
+    ci = (headline_row or {}).get("ci") or res.get("ci")
+    role = "primary (Holm)" if headline_row is not None else "secondary, uncorrected"
+    return [f"c={lv}", meta["label"], role, _value(arms[0]["mean"] if arms[0] else None, meta["unit"]),
+            _value(arms[1]["mean"] if arms[1] else None, meta["unit"]), _r(res.get("ratio")), _ci(ci),
+            _words(res.get("gain")) if res.get("ratio") else DASH, (kind, f"k-{kind}"),
+            f"{res.get('n')} {res.get('unit')}(s)"]
+
+
+def verdict_table(summary: dict, comparison: dict) -> Table:
+    primary = comparison["primary_metric"]
+    head = comparison.get("headline") or {"levels": {}}
+    rows = []
+    for lv in comparison["levels"]:
+        pl = comparison["per_level"][lv]
+        rows.append(_metric_row(summary, lv, primary, pl["metrics"][primary], head["levels"].get(lv)))
+        for m in TABLE_METRICS:
+            if m != primary and m in pl["metrics"]:
+                rows.append(_metric_row(summary, lv, m, pl["metrics"][m]))
+        er = pl["error_rate"]
+        arms = [summary["arms"][x].get(lv, {}).get("error_rate") for x in ("A", "B")]
+        ci = er.get("ci_pp")
+        rows.append([f"c={lv}", "error rate", "own verdict (rates)", _value(arms[0]["mean"] if arms[0] else None,
+                                                                          "share"),
+                     _value(arms[1]["mean"] if arms[1] else None, "share"),
+                     DASH if er.get("diff_pp") is None else f"{er['diff_pp']:+.2f} pp",
+                     DASH if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}] pp", "B − A, percentage points",
+                     (er["kind"], f"k-{er['kind']}"), f"{er.get('n')} round(s)"])
+    s = comparison["settings"]
+    note = (f"Ratio = geometric mean of B/A over the {s['unit']}s; interval: {100 * s['confidence']:g} % Student t on "
+            f"ln(B/A). {s['decision']}. {s['multiplicity']}. Error rate: B − A in percentage points, the hull of a "
+            "paired t interval and Newcombe's score interval (a difference is claimed only when both agree).")
+    if (comparison.get("headline") or {}).get("rule") == "sequential":
+        note += " Primary metric: the sequential rule's repeated interval (the run looked after every round)."
+    return Table(["level", "metric", "role", "A", "B", "B/A", "interval", "in words", "decision", "n"], rows, note)
+
+
+def aa_section(summary: dict, comparison: dict) -> Section:
+    sec = Section("aa", "A/A check (both windows run arm A)")
+    primary = comparison["primary_metric"]
+    if not comparison["rounds"]["aa"]:
+        sec.parts.append("No A/A round in this run: the method's bias check is missing.")
+        return sec
+    rows = []
+    for lv in comparison["levels"]:
+        a = comparison["per_level"][lv]["aa"].get(primary) or {}
+        warn = ("BIAS: the interval excludes 1", "k-slower") if a.get("warn") else ("no bias shown", "")
+        rows.append([f"c={lv}", str(a.get("n")), _r(a.get("ratio")), _ci(a.get("ci")), warn if a.get("ci") else DASH,
+                     _sd_pct(a.get("sd_log")), _sd_pct(a.get("sd_log_ab")),
+                     DASH if a.get("spread_ratio") is None else
+                     f"{a['spread_ratio']:.2f} {_ci(a.get('spread_ratio_ci'))}"])
+    sec.parts.append(Table(["level", "A/A rounds", "A/A ratio", "interval", "bias check", "A/A spread",
+                            "A/B spread", "A/B ÷ A/A spread [interval]"], rows,
+                           f"{summary['metrics'][primary]['label']}: the mean A/A ratio should be 1 (a bias or order "
+                           "check); the spreads are sd of ln(ratio) per round (≈ %). An A/B spread well above the A/A "
+                           "spread means the effect itself varies from round to round. A/A rounds never move a "
+                           "threshold."))
+    for w in comparison.get("aa_warnings_secondary") or []:
+        sec.parts.append(f"Secondary metric A/A warning: {w}")
+    return sec
+
+
+def failures_section(summary: dict, comparison: dict) -> Section | None:
+    clean = comparison.get("without_failures")
+    if not clean:
+        return None
+    sec = Section("failures", "Failures are data: the analysis with and without rounds that had failed requests")
+    primary = comparison["primary_metric"]
+    head = comparison["headline_fixed"] or comparison["headline"]
+    rows = []
+    for lv in comparison["levels"]:
+        a, b = head["levels"][lv], clean["headline"]["levels"][lv]
+        changed = lv in clean["differs"]
+        rows.append([f"c={lv}", (a["kind"], f"k-{a['kind']}"), f"{_r(a.get('ratio'))} {_ci(a.get('ci'))}",
+                     ", ".join(str(r) for r in clean["left_out"][lv]) or "none",
+                     (b["kind"], f"k-{b['kind']}"), f"{_r(b.get('ratio'))} {_ci(b.get('ci'))}",
+                     ("DIFFERS", "k-slower") if changed else "same"])
+    sec.parts.append(Table(["level", "all valid rounds", "ratio [interval]", "rounds left out", "without them",
+                            "ratio [interval]", ""], rows,
+                           f"{summary['metrics'][primary]['label']}, Holm over levels in both. Second analysis: "
+                           f"{clean['rule']}. The first (all valid rounds) is the verdict; the second shows whether "
+                           "the failures drive it."))
+    return sec
+
+
+def design_section(summary: dict, comparison: dict) -> Section:
+    s = comparison["settings"]
+    d = summary["design"]
+    sec = Section("design", "Design: units, variance components, order effect, level orders")
+    unit_txt = {"round": "each round (an A and a B window) is one unit of the interval",
+                "start": "each server start is one unit (the mean ln(B/A) of its window pairs), so the interval "
+                         "carries start-to-start variance"}[s["unit"]]
+    sec.parts.append(f"Design {d['name']}: {unit_txt}. {comparison['rounds']['ab']} A/B round(s), "
+                     f"{comparison['rounds']['aa']} A/A round(s)"
+                     + (f", {d['starts']} server start(s)." if d.get("starts") else "."))
+    rows, orows = [], []
+    for lv in comparison["levels"]:
+        dz = comparison["per_level"][lv]["design"]
+        c = dz.get("components")
+        if c:
+            rows.append([f"c={lv}", str(c["n_starts"]), str(c["n"]), _sd_pct(c["sd_start"]), _sd_pct(c["sd_pair"]),
+                         _sd_pct(c.get("sd_within")), ", ".join(c["truncated"]) or "none"])
+        oe = dz.get("order_effect")
+        if oe:
+            orows.append([f"c={lv}", f"{oe['n_ab']} / {oe['n_ba']}", _r(oe.get("ratio")), _ci(oe.get("ci")),
+                          ("carry-over", "k-slower") if oe.get("warn") else ("none shown" if oe.get("ci") else
+                                                                            oe.get("text", DASH))])
+    if rows:
+        sec.parts.append(Table(["level", "starts", "window pairs", "between starts (sd)", "between pairs (sd)",
+                                "within a window (sd)", "set to 0"], rows,
+                               "Standard deviations of ln(B/A) (≈ %), method of moments on the nested analysis of "
+                               "variance; 'within a window' is each window's own sampling noise estimated from its "
+                               "requests (throughput: the mean latency's, by Little's law; percentiles: a bootstrap "
+                               "over requests), and 'between pairs' is net of it."))
+    else:
+        reason = next((comparison["per_level"][lv]["design"].get("components_reason") for lv in comparison["levels"]),
+                      None)
+        sec.parts.append(f"Variance components: not estimable — {reason}")
+    if orows:
+        sec.parts.append(Table(["level", "pairs A→B / B→A", "order effect", "interval", "carry-over"], orows,
+                               "Mean ln(B/A) of pairs run A then B over pairs run B then A (Welch interval): ×1 "
+                               "means the order does not matter."))
+    lrows = [[b["block_id"], str(b["round"]), b["kind"], b["arm"], DASH if b.get("start") is None else str(b["start"]),
+              DASH if b.get("position") is None else str(b["position"]),
+              " → ".join(str(x) for x in b["level_order"]) if b.get("level_order") else "scenario order (version 1)"]
+             for b in summary["blocks"]]
+    sec.parts.append(Table(["window", "round", "kind", "arm", "start", "position", "level order"], lrows,
+                           "Level order: drawn per window from the run's seed (block.json `levels`)."))
+    return sec
+
+
+def looks_section(summary: dict, comparison: dict) -> Section | None:
+    looks = summary.get("looks") or []
+    seq = comparison["settings"].get("sequential")
+    if not looks and not seq:
+        return None
+    sec = Section("looks", "Sequential looks")
+    if seq:
+        sec.parts.append(f"Sequential run: looks after every round from {seq['min_rounds']} to {seq['max_rounds']}, "
+                         f"alpha {seq['alpha']:g}, margin ±{seq['margin_pct']:g} %. "
+                         + (comparison.get("headline") or {}).get("correction", ""))
+    rows = [[str(i + 1), str(x.get("rounds")), ("STOP", "k-faster") if x.get("stop") else "continue",
+             (x.get("kind", DASH), f"k-{x.get('kind')}"), x.get("reason", ""),
+             "; ".join(f"c={lv} {r.get('kind')} {_r(r.get('ratio'))} {_ci(r.get('ci'))}"
+                       for lv, r in (x.get("levels") or {}).items())] for i, x in enumerate(looks)]
+    if rows:
+        sec.parts.append(Table(["look", "rounds", "decision", "kind", "reason", "per level"], rows))
+    else:
+        sec.parts.append("No look recorded (looks.jsonl is empty).")
+    return sec
+
+
+def telemetry_section(summary: dict, comparison: dict) -> Section:
+    t = summary.get("telemetry") or {}
+    sec = Section("telemetry", "Server telemetry over the measure windows")
+    if not t.get("available"):
+        sec.parts.append("not available: no telemetry.jsonl samples inside the measure windows (version-1 run, or "
+                         "the runner recorded none).")
+        return sec
+    cols = [c for c in TELEMETRY_COLUMNS if any((t[a].get(lv) or {}).get(c[0]) is not None
+                                                for a in ("A", "B") for lv in summary["levels"])]
+    rows = []
+    for lv in summary["levels"]:
+        for arm in ("A", "B"):
+            w = t[arm].get(lv) or {}
+            rows.append([f"c={lv}", arm] + [_value(w.get(k), "") + f" {u}" if w.get(k) is not None else DASH
+                                             for k, _l, u, _s in cols] + [str(w.get("windows") or 0)])
+    note = ("GPU: NVML per GPU, averaged over each measure window (utilisation and clock averaged over GPUs, memory "
+            "and power summed), then over the arm's windows." if t.get("gpu") else
+            "not available on a GPU: no GPU was readable, so these are the server process tree's CPU % (of one core, "
+            "summed over processes) and resident memory — on the simulator they show the path works, not a GPU.")
+    sec.parts.append(Table(["level", "arm", *[f"{lab}" for _k, lab, _u, _s in cols], "windows"], rows, note))
+    return sec
+
+
+def continuity_section(summary: dict, comparison: dict) -> Section:
+    sec = Section("continuity", "Streaming continuity")
+    rows = []
+    any_data = False
+    for lv in comparison["levels"]:
+        c = comparison["per_level"][lv]["continuity"]
+        any_data |= c["available"]
+        for arm in ("A", "B"):
+            a = c["arms"][arm]
+            rows.append([f"c={lv}", arm, str(a["n_streamed"]), _value(a["underrun_mean_s"], "s"),
+                         _value(a["underrun_p90_s"], "s"), _value(a["continuity_ok_share"], "share"),
+                         _value(a["stream_rtf_p50"], "")])
+        sh = c.get("underrun_share")
+        if sh:
+            rows.append([f"c={lv}", "B − A", "", "", "", (sh["text"], f"k-{sh['kind']}"), ""])
+    if not any_data:
+        sec.parts.append("— (version-1 records carry no continuity fields)")
+        return sec
+    sec.parts.append(Table(["level", "arm", "streamed ok", "mean underrun", "p90 underrun", "continuity ok",
+                            "p50 streaming RTF"], rows,
+                           "A player that starts at the first chunk; a stall over 100 ms is an underrun. Means over "
+                           "the arm's windows. The share of streams with an underrun is compared like a failure rate; "
+                           "the streaming RTF ratio is in the table above (secondary)."))
+    return sec
+
+
+def upstream_section(summary: dict, comparison: dict) -> Section | None:
+    u = summary.get("upstream") or {}
+    if not u.get("available"):
+        return None
+    sec = Section("upstream", "vllm-omni's own metrics (per measure window)")
+    rows = []
+    for lv in summary["levels"]:
+        names = sorted({k for a in ("A", "B") for k in ((u[a].get(lv) or {}).get("histograms") or {})})
+        for name in names:
+            cells = []
+            for arm in ("A", "B"):
+                h = ((u[arm].get(lv) or {}).get("histograms") or {}).get(name) or {}
+                cells.append(DASH if h.get("mean") is None else
+                             f"mean {h['mean']:.4g} · p50 {h['p50'] if h.get('p50') is None else format(h['p50'], '.4g')}"
+                             f" · n {h['count']:.0f}")
+            rows.append([f"c={lv}", name, *cells])
+        cnames = sorted({k for a in ("A", "B") for k in ((u[a].get(lv) or {}).get("counters") or {})})
+        for name in cnames:
+            rows.append([f"c={lv}", name, *[_value(((u[a].get(lv) or {}).get("counters") or {}).get(name), "")
+                                            for a in ("A", "B")]])
+    sec.parts.append(Table(["level", "series", "A", "B"], rows,
+                           "Histograms: pooled mean (sum / count over the arm's windows) and the mean of each "
+                           "window's p50 (Prometheus bucket interpolation), seconds unless the series says otherwise; "
+                           "counters: summed deltas. Shown beside the client-side metrics, not compared."))
+    return sec
+
+
+def prediction_section(summary: dict, comparison: dict) -> Section:
+    sec = Section("prediction", "Predicted vs observed p50 latency (B/A)")
+    rows = []
+    for lv in comparison["levels"]:
+        p = comparison["per_level"][lv].get("prediction") or {}
+        obs = comparison["per_level"][lv]["metrics"].get("e2e_p50") or {}
+        mod = p.get("model") or {}
+
+        def us(x):
+            return DASH if x is None else f"{x * 1e6:.1f} µs"
+        rows.append([f"c={lv}", us(p.get("saving_per_call_s")),
+                     DASH if p.get("frames_per_request") is None else f"{p['frames_per_request']:.0f}",
+                     _r(p.get("e2e_ratio")), p.get("source", DASH),
+                     f"{_r(mod.get('ratio'))} {_ci(mod.get('ci'))}" if mod.get("ratio") else
+                     (mod.get("reason") or DASH) if mod else "real run: no model",
+                     f"{_r(obs.get('ratio'))} {_ci(obs.get('ci'))}"])
+    sec.parts.append(Table(["level", "saving per call", "frames per request", "predicted (per call × 15 × frames)",
+                            "per-call source", "fitted model [interval]", "observed [interval]"], rows,
+                           "Per-call prediction: saving per build_attn_metadata call × 15 calls per step × codec "
+                           "frames per request (12.5 Hz), as a ratio of arm A's mean latency. Fitted model (simulated "
+                           "runs): ttssim.fit.effect_interval on the simulator config's fit, the interval from the "
+                           "fit's parameter uncertainty, not from run-to-run noise."))
+    return sec
+
+
+def arms_section(summary: dict) -> Section:
+    sec = Section("arms", "Arms (as the manifest records them)")
+    keys = ("label", "backend", "vllm_omni", "image", "base_image", "plugin", "variant", "sim_config", "sim_set",
+            "stages", "deploy", "evidence")
+    info = summary.get("arms_info") or {}
+    present = [k for k in keys if any(info.get(a, {}).get(k) not in (None, [], "") for a in ("A", "B"))]
+    rows = [[k, *[str(info.get(a, {}).get(k)) if info.get(a, {}).get(k) not in (None, [], "") else DASH
+                  for a in ("A", "B")]] for k in present]
+    ev = []
+    for a in ("A", "B"):
+        r = info.get(a, {}).get("evidence_result")
+        ev.append(DASH if r is None else (f"{r['ok']}/{r['checked']} starts ok", "") if not r["failures"] else
+                  (f"{r['ok']}/{r['checked']} ok; " + "; ".join(r["failures"]), "k-slower"))
+    rows.append(["evidence result", *ev])
+    sec.parts.append(Table(["", "A", "B"], rows))
+    return sec
+
+
+def windows_section(summary: dict) -> Section:
+    sec = Section("windows", "Windows and the manipulation check (GPU syncs from the server counters)")
+    rows = []
+    for b in summary["blocks"]:
+        m = b["manipulation"]
+        exp = DASH if m["expected_syncs"] is None else f"{m['expected_syncs']:.0f}"
+        valid = ("yes", "") if b["valid"] else (f"NO — {b['invalid_reason']}", "no")
+        sp = b.get("spanning") or {}
+        rows.append([b["block_id"], str(b["round"]), b["kind"], b["arm"], str(b["variant"]), b["status"],
+                     DASH if b.get("start") is None else str(b["start"]), str(b.get("attempt") or 0),
+                     f"{m['syncs']:.0f} / {exp} ({m['source']})" if m.get("applicable", True) else "no plugin",
+                     str(sp.get("left_out") or 0) + (f" (runner: {sp['runner']})" if sp.get("runner") is not None
+                                                     else ""), valid])
+    starts = summary.get("starts") or []
+    sec.parts.append(Table(["window", "round", "kind", "arm", "variant", "status", "start", "attempt",
+                            "syncs observed / expected", "spanning a switch (left out)", "valid"], rows,
+                           "Invalid windows are excluded with their round; failed requests alone never invalidate a "
+                           "window (they are data, see the error rate)."))
+    if starts:
+        sec.parts.append(Table(["start", "arm", "status", "ready", "stop", "windows", "switches", "evidence"],
+                               [[str(s["start"]), str(s["arm"]), str(s["status"]),
+                                 DASH if s["ready_s"] is None else f"{s['ready_s']:.1f} s",
+                                 DASH if s["stop_s"] is None else f"{s['stop_s']:.1f} s", str(len(s["windows"])),
+                                 str(s["switches"]), DASH if not s.get("evidence") else
+                                 ("ok" if s["evidence"].get("ok") else (f"FAILED: {s['evidence'].get('reason')}",
+                                                                        "no"))] for s in starts],
+                               caption="Server starts"))
+    return sec
+
+
+def sections(summary: dict, comparison: dict) -> list[Section]:
+    s = comparison["settings"]
+    head = comparison.get("headline")
+    top = Section("verdicts", "Verdicts per level (B vs A)")
+    top.parts.append(verdict_table(summary, comparison))
+    method = Section("method", "How this was decided")
+    method.parts.append(f"{s['estimand']}. {s['decision']}; margin ±{s['margin_pct']:g} % "
+                        f"(from {s.get('margin_source', 'default')}). {s['multiplicity']}"
+                        + (f" (primary metric from {s.get('primary_source')})" if s.get("primary_source") else "")
+                        + f". {s['bootstrap']}. "
+                        + (head.get("correction", "") if head else ""))
+    out = [top, method, aa_section(summary, comparison)]
+    for sec in (failures_section(summary, comparison), design_section(summary, comparison),
+                looks_section(summary, comparison), telemetry_section(summary, comparison),
+                continuity_section(summary, comparison), upstream_section(summary, comparison),
+                prediction_section(summary, comparison), arms_section(summary), windows_section(summary)):
+        if sec is not None:
+            out.append(sec)
+    return out
+
+
+def title(summary: dict) -> str:
+    v = summary["variants"]
+    name = (summary.get("experiment") or {}).get("name")
+    return f"TTS A/B: {v.get('B')} (B) vs {v.get('A')} (A)" + (f" — {name}" if name else "") + \
+        f" — run {summary['run_id']}"
+
+
+def headline_sentence(comparison: dict) -> str:
+    head = comparison.get("headline")
+    if not head:
+        return "No valid A/B round: nothing to compare yet."
+    metric = comparison["primary_metric"]
+    rule = "sequential rule" if head.get("rule") == "sequential" else "Holm over levels"
+    return f"Primary metric {metric}: {head['kind']} — {head['text']} ({rule})."
+
+
+# ----------------------------------------------------------------------------------------------- Markdown
+
+
+def _cell_text(c) -> str:
+    return (c[0] if isinstance(c, tuple) else str(c)).replace("|", "\\|")
+
+
+def _md_table(t: Table) -> list[str]:
+    lines = [f"**{t.caption}**", ""] if t.caption else []
+    lines += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+    lines += ["| " + " | ".join(_cell_text(c) for c in row) + " |" for row in t.rows]
+    if t.note:
+        lines += ["", f"_{t.note}_"]
+    return lines + [""]
 
 
 def markdown(summary: dict, comparison: dict) -> str:
-    v = summary["variants"]
-    lines = [f"# TTS A/B: {v.get('B')} (B) vs {v.get('A')} (A) — run {summary['run_id']}", ""]
+    lines = [f"# {title(summary)}", ""]
     for _, text in banners(summary, comparison):
         lines += [f"> **{text}**", ""]
-    r = comparison["rounds"]
-    lines += [f"{r['ab']} A/B rounds and {r['aa']} A/A rounds used; CIs: {comparison['settings']['ci_method']}; "
-              f"{comparison['settings']['correction']}.", "", "## Verdicts", "",
-              "| concurrency | " + " | ".join(summary["metrics"][m]["label"] for m in TABLE_METRICS) + " |",
-              "|---|" + "---|" * len(TABLE_METRICS)]
-    for lv in comparison["levels"]:
-        row = comparison["per_level"][lv]
-        lines.append(f"| {lv} | " + " | ".join(row[m]["verdict"]["text"] for m in TABLE_METRICS) + " |")
-    lines += ["", "## Per level (means over valid A/B blocks)", "",
-              "| c | arm | req/s | audio-s/s | p50 | p90 | p99 | TTFA p50 | RTF p50 | errors | syncs/call | syncs/step |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for lv in summary["levels"]:
-        for arm in ("A", "B"):
-            a = summary["arms"][arm].get(lv, {})
-
-            def m(k, a=a):
-                return _fmt(a[k]["mean"], k) if a.get(k) else "–"
-            lines.append(f"| {lv} | {arm} | " + " | ".join(m(k) for k in (
-                "throughput_rps", "audio_throughput", "e2e_p50", "e2e_p90", "e2e_p99", "ttfa_p50", "rtf_p50",
-                "error_rate", "syncs_per_call", "syncs_per_step")) + " |")
-    lines += ["", "## Predicted vs observed (p50 latency, B vs A)", "",
-              "| c | saving/call | predicted e2e | observed HL [CI] | source |", "|---|---|---|---|---|"]
-    for lv in comparison["levels"]:
-        p, st = comparison["prediction"][lv], comparison["per_level"][lv]["e2e_p50"]
-        pred = f"{p['e2e_diff_pct']:+.2f} %" if p.get("e2e_diff_pct") is not None else "–"
-        spc = f"{p['saving_per_call_s'] * 1e6:.1f} µs" if p.get("saving_per_call_s") is not None else "–"
-        obs = (f"{st['hl']:+.2f} % [{st['ci'][0]:+.2f}, {st['ci'][1]:+.2f}]" if st.get("ci") else
-               (f"{st['hl']:+.2f} %" if st.get("hl") is not None else "–"))
-        lines.append(f"| {lv} | {spc} | {pred} | {obs} | {p['source']} |")
-    lines += ["", "## Blocks", "", "| block | round | kind | arm | variant | status | valid | note |",
-              "|---|---|---|---|---|---|---|---|"]
-    for b in summary["blocks"]:
-        lines.append(f"| {b['block_id']} | {b['round']} | {b['kind']} | {b['arm']} | {b['variant']} | {b['status']} "
-                     f"| {'yes' if b['valid'] else '**NO**'} | {b['invalid_reason'] or ''} |")
-    lines += ["", "## Metric definitions", ""]
+    lines += [f"**{headline_sentence(comparison)}**", ""]
+    for c in cards(comparison):
+        lines.append(f"- c={c['level']}: **{c['kind']}** B/A {_r(c['ratio'])} {_ci(c['ci'])} ({c['words']}; "
+                     f"{c['note']})")
+    lines.append("")
+    for sec in sections(summary, comparison):
+        lines += [f"## {sec.title}", ""]
+        for part in sec.parts:
+            if isinstance(part, Table):
+                lines += _md_table(part)
+            elif isinstance(part, str):
+                lines += [part, ""]
+    lines += ["## Metric definitions", ""]
     lines += [f"- **{m['label']}** ({k}): {m['definition']}" for k, m in summary["metrics"].items()]
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- HTML
 
 
 CSS = """
@@ -259,77 +535,97 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-
 color:#1d2633}
 main{max-width:1280px;margin:0 auto;padding:20px 28px 40px}
 h1{font-size:22px;margin:6px 0 2px}h2{font-size:16px;margin:0 0 10px}
-.sub{color:#5b6b7c;font-size:13px;margin-bottom:14px}
+.sub{color:#5b6b7c;font-size:13px;margin-bottom:10px}
+.headline{font-size:16px;font-weight:700;margin:10px 0 4px}
 .banner{padding:10px 14px;border-radius:6px;margin:8px 0;font-weight:600;font-size:14px}
 .banner.sim{background:#fff3cd;border:2px solid #e0a800;color:#6b4e00}
+.banner.confounded{background:#fde2e2;border:3px solid #b71c1c;color:#7a1616;font-size:15px}
 .banner.partial{background:#e8f0fe;border:2px solid #3b6ea8;color:#1a3d66}
 .banner.warn{background:#fff8e6;border:1px dashed #c98a06;color:#6b4e00;font-weight:500}
 .banner.invalid{background:#fde2e2;border:2px solid #d64545;color:#7a1616}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0 18px}
-.card{background:#fff;border-radius:8px;padding:10px 14px;min-width:150px;flex:1;box-shadow:0 1px 3px rgba(0,0,0,.08);
+.card{background:#fff;border-radius:8px;padding:10px 14px;min-width:180px;flex:1;box-shadow:0 1px 3px rgba(0,0,0,.08);
 border-top:5px solid #ccc}
-.card .lv{font-size:12px;color:#5b6b7c}.card .v{font-size:15px;font-weight:700;margin-top:4px}
+.card .lv{font-size:12px;color:#5b6b7c}.card .v{font-size:18px;font-weight:700;margin-top:4px}
+.card .r{font-size:14px;margin-top:2px}.card .w{font-size:13px;color:#1d2633}.card .n{font-size:11.5px;color:#5b6b7c}
 section{background:#fff;border-radius:8px;padding:14px 16px;margin:14px 0;box-shadow:0 1px 3px rgba(0,0,0,.08)}
 section svg{width:100%;height:auto}
-table{border-collapse:collapse;font-size:12.5px;width:100%}
-th,td{padding:5px 8px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
+section p{font-size:13px;margin:4px 0 8px}
+table{border-collapse:collapse;font-size:12.5px;width:100%;margin-bottom:6px}
+th,td{padding:4px 8px;border-bottom:1px solid #e6e9ee;text-align:left;vertical-align:top}
 th{background:#f0f2f5;font-weight:600}
-td.v{font-weight:600;border-radius:4px}
-.k-faster{color:#1f9d55}.k-slower{color:#d64545}.k-no_difference{color:#5b6b7c}.k-inconclusive{color:#c98a06}
+caption{text-align:left;font-weight:600;padding:6px 0}
+.k-faster,.k-fewer_failures{color:#1f9d55;font-weight:600}.k-slower,.k-more_failures{color:#d64545;font-weight:600}
+.k-equivalent{color:#5b6b7c;font-weight:600}.k-inconclusive{color:#c98a06;font-weight:600}
+.k-mixed{color:#8e44ad;font-weight:600}
 .no{color:#d64545;font-weight:700}
-.legend{font-size:12px;color:#5b6b7c;margin-top:6px}
+.legend{font-size:12px;color:#5b6b7c;margin-top:4px}
 details{margin-top:6px}summary{cursor:pointer;color:#3b6ea8}
 """
+
+
+def _esc(x) -> str:
+    return html.escape(str(x))
+
+
+def _html_table(t: Table) -> str:
+    out = ["<table>"]
+    if t.caption:
+        out.append(f"<caption>{_esc(t.caption)}</caption>")
+    out.append("<tr>" + "".join(f"<th>{_esc(h)}</th>" for h in t.headers) + "</tr>")
+    for row in t.rows:
+        cells = []
+        for c in row:
+            if isinstance(c, tuple):
+                cells.append(f"<td class='{_esc(c[1])}'>{_esc(c[0])}</td>" if c[1] else f"<td>{_esc(c[0])}</td>")
+            else:
+                cells.append(f"<td>{_esc(c)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    if t.note:
+        out.append(f"<div class='legend'>{_esc(t.note)}</div>")
+    return "".join(out)
 
 
 def html_page(summary: dict, comparison: dict) -> str:
     v = summary["variants"]
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-             f"<title>TTS A/B {_esc(v.get('B'))} vs {_esc(v.get('A'))} — {_esc(summary['run_id'])}</title>",
-             f"<style>{CSS}</style></head><body><main>"]
+             f"<title>{_esc(title(summary))}</title>", f"<style>{CSS}</style></head><body><main>"]
     for cls, text in banners(summary, comparison):
         parts.append(f"<div class='banner {cls}'>{_esc(text)}</div>")
     be = summary.get("backend") or {}
     be_text = be.get("name", "") if isinstance(be, dict) else be
     r = comparison["rounds"]
-    parts.append(f"<h1>Is <span style='color:{COLORS['B']}'>{_esc(v.get('B'))}</span> faster than "
-                 f"<span style='color:{COLORS['A']}'>{_esc(v.get('A'))}</span> end to end?</h1>")
-    parts.append(f"<div class='sub'>run {_esc(summary['run_id'])} · backend {_esc(be_text)} · "
-                 f"{r['ab']} A/B rounds + {r['aa']} A/A rounds (fresh server per block) · git "
-                 f"{_esc((summary.get('git_revision') or '')[:10])} · started {_esc(summary.get('started') or '')}</div>")
-    parts.append("<div class='cards'>")
-    for lv, kind, text in headline(comparison):
-        parts.append(f"<div class='card' style='border-top-color:{VERDICT_COLORS[kind]}'><div class='lv'>throughput at "
-                     f"concurrency {lv}</div><div class='v k-{kind}'>{_esc(text)}</div></div>")
+    parts.append(f"<h1>Is <span style='color:{plots.COLORS['B']}'>{_esc(v.get('B'))}</span> (B) faster than "
+                 f"<span style='color:{plots.COLORS['A']}'>{_esc(v.get('A'))}</span> (A) end to end?</h1>")
+    parts.append(f"<div class='sub'>run {_esc(summary['run_id'])} · backend {_esc(be_text)} · design "
+                 f"{_esc(summary['design']['name'])} · {r['ab']} A/B rounds + {r['aa']} A/A rounds · margin "
+                 f"±{comparison['settings']['margin_pct']:g} % · git {_esc((summary.get('git_revision') or '')[:10])}"
+                 f" · started {_esc(summary.get('started') or '')}</div>")
+    parts.append(f"<div class='headline'>{_esc(headline_sentence(comparison))}</div><div class='cards'>")
+    metric_label = summary["metrics"][comparison["primary_metric"]]["label"]
+    for c in cards(comparison):
+        col = plots.KIND_COLORS.get(c["kind"], "#ccc")
+        parts.append(f"<div class='card' style='border-top-color:{col}'><div class='lv'>{_esc(metric_label)} at "
+                     f"concurrency {_esc(c['level'])}</div><div class='v k-{_esc(c['kind'])}'>{_esc(c['kind'])}</div>"
+                     f"<div class='r'>B/A {_esc(_r(c['ratio']))} {_esc(_ci(c['ci']))}</div>"
+                     f"<div class='w'>{_esc(c['words'])}</div><div class='n'>{_esc(c['note'])}; n = {c['n']} "
+                     f"{_esc(c['unit'])}(s)</div></div>")
     parts.append("</div>")
-    parts.append(f"<section><h2>Throughput and latency vs concurrency</h2>{plot_levels(summary)}</section>")
-    parts.append("<section><h2>Verdicts (B vs A, per level and metric)</h2><table><tr><th>c</th>"
-                 + "".join(f"<th>{_esc(summary['metrics'][m]['label'])}</th>" for m in TABLE_METRICS) + "</tr>")
-    for lv in comparison["levels"]:
-        row = comparison["per_level"][lv]
-        cells = []
-        for m in TABLE_METRICS:
-            st = row[m]
-            tip = (f"HL {st['hl']:+.2f} %, CI {st['ci'][0]:+.2f}..{st['ci'][1]:+.2f} %, A/A floor "
-                   f"{st['aa_floor'] if st['aa_floor'] is None else round(st['aa_floor'], 2)} %, MDE "
-                   f"{st['mde'] if st['mde'] is None else round(st['mde'], 2)} %, n={st['n']}") if st.get("ci") else \
-                f"n={st['n']}"
-            cells.append(f"<td class='v k-{st['verdict']['kind']}' title='{_esc(tip)}'>{_esc(st['verdict']['text'])}</td>")
-        parts.append(f"<tr><td><b>{_esc(lv)}</b></td>{''.join(cells)}</tr>")
-    parts.append(f"</table><div class='legend'>{_esc(comparison['settings']['ci_method'])}; "
-                 f"{_esc(comparison['settings']['correction'])}; \"no difference\" only when the "
-                 f"{_esc(comparison['settings']['no_difference_rule'])}; margin "
-                 f"{comparison['settings']['margin_pct']} %. Hover a cell for HL, CI, A/A floor and MDE.</div>")
-    parts.append(_detail_table(comparison))
-    parts.append("</section>")
-    parts.append(f"<section><h2>Predicted vs observed</h2>{plot_prediction(summary, comparison)}"
-                 f"{_prediction_table(comparison)}</section>")
-    dist = plot_distributions(summary)
-    if dist:
-        parts.append(f"<section><h2>Latency distributions</h2>{dist}</section>")
-    parts.append(f"<section><h2>Manipulation check: GPU syncs (server counters)</h2>{plot_syncs(summary)}"
-                 f"{_blocks_table(summary)}</section>")
+    secs = sections(summary, comparison)
+    figures = {"verdicts": [plots.plot_ratios(summary, comparison), plots.plot_levels(summary)],
+               "windows": [plots.plot_syncs(summary)]}
+    dist = plots.plot_distributions(summary)
+    for sec in secs:
+        parts.append(f"<section id='{_esc(sec.key)}'><h2>{_esc(sec.title)}</h2>")
+        for part in sec.parts:
+            parts.append(_html_table(part) if isinstance(part, Table) else f"<p>{_esc(part)}</p>")
+        for fig in figures.get(sec.key, []):
+            parts.append(fig)
+        if sec.key == "prediction" and dist:
+            parts.append("<h2>Latency distributions</h2>" + dist)
+        parts.append("</section>")
     parts.append("<section><h2>Metric definitions</h2><table>" + "".join(
         f"<tr><td><b>{_esc(m['label'])}</b></td><td>{_esc(m['definition'])}</td></tr>"
         for m in summary["metrics"].values()) + "</table>")
@@ -338,56 +634,6 @@ def html_page(summary: dict, comparison: dict) -> str:
                      "".join(f"<li>{_esc(n)}</li>" for n in summary["notes"]) + "</ul></details>")
     parts.append("</section></main></body></html>\n")
     return "".join(parts)
-
-
-def _detail_table(comparison: dict) -> str:
-    pm = comparison["primary_metric"]
-    rows = ["<details><summary>throughput numbers behind the verdicts</summary><table><tr><th>c</th><th>rounds</th>"
-            "<th>per-round B vs A (%)</th><th>HL</th><th>CI</th><th>A/A floor</th><th>MDE</th><th>Holm p</th>"
-            "<th>rounds for ±margin</th></tr>"]
-    for lv in comparison["levels"]:
-        st = comparison["per_level"][lv][pm]
-
-        def f(x, nd=2):
-            return "–" if x is None else f"{x:+.{nd}f}"
-        ci = f"[{st['ci'][0]:+.2f}, {st['ci'][1]:+.2f}]" if st.get("ci") else "–"
-        rows.append(f"<tr><td>{_esc(lv)}</td><td>{st['n']}</td><td>{_esc(', '.join(f'{x:+.2f}' for x in st['values']))}"
-                    f"</td><td>{f(st['hl'])}</td><td>{ci}</td><td>{f(st['aa_floor'])}</td><td>{f(st['mde'])}</td>"
-                    f"<td>{'–' if st.get('p_holm') is None else format(st['p_holm'], '.3g')}</td>"
-                    f"<td>{st.get('rounds_for_margin') or '–'}</td></tr>")
-    return "".join(rows) + "</table></details>"
-
-
-def _prediction_table(comparison: dict) -> str:
-    rows = ["<table><tr><th>c</th><th>source</th><th>s/call A</th><th>s/call B</th><th>saving/call</th>"
-            "<th>frames/request</th><th>predicted e2e saving</th><th>predicted p50 Δ</th><th>observed p50 Δ [CI]</th></tr>"]
-    for lv in comparison["levels"]:
-        p, st = comparison["prediction"][lv], comparison["per_level"][lv]["e2e_p50"]
-
-        def us(x):
-            return "–" if x is None else f"{x * 1e6:.1f} µs"
-        obs = f"{st['hl']:+.2f} % [{st['ci'][0]:+.2f}, {st['ci'][1]:+.2f}]" if st.get("ci") else "–"
-        rows.append(f"<tr><td>{_esc(lv)}</td><td>{_esc(p['source'])}</td><td>{us(p['seconds_per_call_a'])}</td>"
-                    f"<td>{us(p['seconds_per_call_b'])}</td><td>{us(p['saving_per_call_s'])}</td>"
-                    f"<td>{'–' if p['frames_per_request'] is None else format(p['frames_per_request'], '.0f')}</td>"
-                    f"<td>{'–' if p['e2e_saving_s'] is None else format(p['e2e_saving_s'] * 1e3, '.1f') + ' ms'}</td>"
-                    f"<td>{'–' if p['e2e_diff_pct'] is None else format(p['e2e_diff_pct'], '+.2f') + ' %'}</td>"
-                    f"<td>{obs}</td></tr>")
-    return "".join(rows) + "</table>"
-
-
-def _blocks_table(summary: dict) -> str:
-    rows = ["<details open><summary>blocks (one fresh server start each)</summary><table><tr><th>block</th><th>round</th>"
-            "<th>kind</th><th>arm</th><th>variant</th><th>status</th><th>syncs observed / expected</th><th>valid</th>"
-            "</tr>"]
-    for b in summary["blocks"]:
-        m = b["manipulation"]
-        exp = "–" if m["expected_syncs"] is None else f"{m['expected_syncs']:.0f}"
-        valid = "yes" if b["valid"] else f"<span class='no'>NO</span> — {_esc(b['invalid_reason'])}"
-        rows.append(f"<tr><td>{_esc(b['block_id'])}</td><td>{_esc(b['round'])}</td><td>{_esc(b['kind'])}</td>"
-                    f"<td>{_esc(b['arm'])}</td><td>{_esc(b['variant'])}</td><td>{_esc(b['status'])}</td>"
-                    f"<td>{m['syncs']:.0f} / {exp}</td><td>{valid}</td></tr>")
-    return "".join(rows) + "</table></details>"
 
 
 def write_report(run_dir: str | Path) -> Path:

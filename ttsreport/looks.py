@@ -1,0 +1,70 @@
+"""`python -m ttsreport <run> --look`: the sequential rule after the rounds completed so far, one line appended to
+`<run>/looks.jsonl` (schema tts-look/1) for the runner to read (stop or continue).
+
+The look runs inference.sequential_look on the primary metric at every level, over the valid A/B rounds so far (per
+server start in a nested design), with the manifest's sequential settings. The rule replays every earlier look, so
+its answer depends only on the rounds, never on how often it was asked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtest import records as rec
+
+from . import inference as inf
+from . import rounds as rd
+from .analysis import margin_of, primary_of, sequential_of, unit_log_ratios
+from .blocks import METRICS, block_summary, load_run
+
+LOOKS_FILE = "looks.jsonl"
+
+
+def look(run_dir: str | Path, *, margin_pct: float | None = None, confidence: float = 0.95) -> dict:
+    """The look line (not yet written): stop, reason, headline kind and per-level decisions with repeated intervals."""
+    run = load_run(run_dir)
+    man = run["manifest"]
+    if not man:
+        raise ValueError(f"{run_dir}: no manifest.json (not an A/B run)")
+    margin, _src = margin_of(run, margin_pct)
+    seq = sequential_of(man, margin, confidence)
+    if seq is None:
+        raise ValueError(f"{run_dir}: the manifest has no sequential settings (max_rounds): not a sequential run")
+    design = rd.design_of(man)
+    unit = rd.DESIGN_UNITS[design]
+    primary, _ = primary_of(man)
+    summaries = [block_summary(b, run["starts"].get(b["meta"].get("start")), within=False) for b in run["blocks"]]
+    pairs = rd.paired_rounds(summaries, "ab")
+    levels = sorted({lv for b in summaries if b["valid"] for lv in b["levels"]}, key=int)
+    base = {"schema": rec.LOOK_SCHEMA, "round": max(pairs) if pairs else None, "rounds": len(pairs), "unit": unit,
+            "metric": primary, "min_rounds": seq["min_rounds"], "max_rounds": seq["max_rounds"],
+            "alpha": seq["alpha"], "margin_pct": seq["margin_pct"]}
+    if not levels:
+        return {**base, "stop": False, "reason": "continue: no valid A/B round yet", "kind": "inconclusive",
+                "text": "no valid A/B round yet", "levels": {}}
+    d = {lv: unit_log_ratios(pairs, lv, primary, unit) for lv in levels}
+    res = inf.sequential_look(d, min_rounds=seq["min_rounds"], max_rounds=seq["max_rounds"], alpha=seq["alpha"],
+                              margin_pct=seq["margin_pct"], higher_is_better=METRICS[primary].better == "higher")
+    if unit == "start":
+        base["starts"] = res["look"]
+    return {**base, "stop": res["stop"], "reason": res["reason"], "kind": res["kind"], "text": res["text"],
+            "levels": {lv: {k: r[k] for k in ("kind", "n", "ratio", "ci", "ci_equivalence", "p_holm", "equivalent_at",
+                                              "text")} for lv, r in res["levels"].items()},
+            "notes": res["notes"], "rule": res["rule"]}
+
+
+def append_look(run_dir: str | Path, line: dict) -> Path:
+    """Append one look to <run>/looks.jsonl (flushed; earlier looks are never rewritten)."""
+    path = Path(run_dir) / LOOKS_FILE
+    with rec.JsonlWriter(path) as w:
+        w.write(line)
+    return path
+
+
+def one_line(line: dict) -> str:
+    """What the command prints: the decision and each level in a few words."""
+    levels = "; ".join(f"c={lv} {r['kind']}" + (f" ×{r['ratio']:.3f}" if r.get("ratio") is not None else "")
+                       + (f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r.get("ci") else "")
+                       for lv, r in line["levels"].items())
+    what = "STOP" if line["stop"] else "continue"
+    return f"look after {line['rounds']} round(s): {what} ({line['reason']}); {levels or line.get('text', '')}"
