@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
 
 import pytest
+import synthetic_runs as sr
 from conftest import make_run
 
 from tools import browser
@@ -18,7 +20,7 @@ needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chr
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A run with one invalid block, interrupted before its end: every banner must show."""
+    """A version-1-style run with one invalid window, interrupted before its end: every banner must show."""
     run = make_run(tmp_path_factory.mktemp("rep") / "run", rounds=5, slow_b=-0.05, noise=0.005, status="interrupted",
                    levels=(8, 16, 64))
     bad = next(p for p in (run / "blocks").iterdir() if "-r2-ab-B" in p.name)
@@ -44,9 +46,14 @@ def test_report_reads_only_statistics_json(built, tmp_path):
 def test_markdown_has_banners_and_verdicts(built):
     run, bad = built
     md = (run / "summary.md").read_text()
-    assert "SIMULATED BACKEND" in md and "PARTIAL RUN" in md and f"INVALID BLOCK {bad}" in md
+    assert "SIMULATED BACKEND" in md and "PARTIAL RUN" in md and f"INVALID WINDOW {bad}" in md
     assert "manipulation check failed" in md
-    assert re.search(r"\| 16 \| B faster by \d+\.\d % \[", md), md
+    # B's latency x0.95: throughput faster at c=16 as the primary metric (Holm), a ratio near 1/0.95 with its interval
+    row = re.search(r"\| c=16 \| throughput \| primary \(Holm\) \| [^|]+ \| [^|]+ \| ×(1\.0\d\d) \| \[[^|]+\] \| "
+                    r"B 1\.0\dx faster \| faster \|", md)
+    assert row and abs(float(row.group(1)) - 1 / 0.95) < 0.01, md
+    assert "| p50 latency | secondary, uncorrected |" in md and "| error rate | own verdict (rates) |" in md
+    assert "**Primary metric throughput: faster" in md
 
 
 def test_html_is_self_contained(built):
@@ -65,7 +72,7 @@ def test_renders_in_headless_chromium_without_console_errors(built):
     assert res["svgs"] >= 4 and all(w > 400 for w in res["svgSizes"])
     assert any("SIMULATED BACKEND" in b for b in res["banners"]) and any(bad in b for b in res["banners"])
     assert any("PARTIAL RUN" in b for b in res["banners"])
-    assert len(res["cards"]) == 3 and any(c.startswith("B faster by") for c in res["cards"])
+    assert len(res["cards"]) == 3 and "faster" in res["cards"]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
@@ -78,3 +85,39 @@ def test_browser_check_catches_errors(tmp_path):
     res = browser.inspect(page, tmp_path / "bad.png")
     text = " ".join(res["problems"])
     assert "boom" in text and "nope" in text and "missing.png" in text
+
+
+@pytest.fixture(scope="module")
+def showcase(tmp_path_factory):
+    """A version-2 nested run with every part of the report in use (tests/synthetic_runs.showcase)."""
+    run = sr.showcase(tmp_path_factory.mktemp("show") / "run")
+    assert cli.main([str(run)]) == 0
+    return run
+
+
+def test_v2_report_has_every_part(showcase):
+    md = (showcase / "summary.md").read_text()
+    page = (showcase / "index.html").read_text()
+    for title in ("A/A check", "Design: units, variance components", "Sequential looks", "Server telemetry",
+                  "Streaming continuity", "vllm-omni's own metrics", "Predicted vs observed", "Arms (as the manifest",
+                  "Windows and the manipulation check"):
+        assert title in md and html.escape(title) in page, title
+    assert "RELEASE VS RELEASE" in md and "vllm-omni 0.16.0 + fixed vs 0.30.0" in md
+    assert "SIMULATED -- model vs seed run" in md  # the fit's fidelity line in the SIMULATED banner
+    assert "primary (sequential)" in md and "(sequential rule)" in md
+    assert "between starts (sd)" in md and "within a window (sd)" in md and "order effect" in md
+    assert "GPU util" in md and "vllm_omni:e2e_request_latency_s" in md and "B stalls more" in md
+    assert "tts-vllm-omni:0.16.0-fixed" in md and "3/3 starts ok" in md
+    # the fitted model's prediction with its interval (ttssim.fit on configs/sim/default.yaml's fit: -2.7 % at c=8)
+    assert re.search(r"\| c=8 \| [^|]+ \| 50 \| [^|]+ \| counters \| ×0\.97\d \[0\.96\d, 0\.98\d\] \|", md), md
+    assert "<script" not in page and "https://" not in page
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_v2_report_renders_without_console_errors(showcase):
+    shot = showcase / "screenshot.png"
+    res = browser.inspect(showcase / "index.html", shot)
+    assert res["problems"] == []
+    assert res["svgs"] >= 4 and all(w > 400 for w in res["svgSizes"])
+    assert any("RELEASE VS RELEASE" in b for b in res["banners"]) and len(res["cards"]) == 2

@@ -85,7 +85,7 @@ def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict 
     if max_rounds is None:
         raise ValueError("manifest.json: a sequential run without max_rounds")
     return {"min_rounds": int(seq.get("min_rounds") or DEFAULT_MIN_ROUNDS), "max_rounds": int(max_rounds),
-            "alpha": float(seq.get("alpha") or (1.0 - confidence)),
+            "alpha": float(seq.get("alpha") or round(1.0 - confidence, 12)),
             "margin_pct": float(seq["margin_pct"]) if seq.get("margin_pct") is not None else margin_pct}
 
 
@@ -134,7 +134,7 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
     d = {lv: unit_log_ratios(pairs, lv, metric, unit) for lv in levels}
     look = inf.sequential_look(d, min_rounds=seq["min_rounds"], max_rounds=seq["max_rounds"], alpha=seq["alpha"],
                                margin_pct=seq["margin_pct"], higher_is_better=METRICS[metric].better == "higher")
-    return {"rule": "sequential", **look, "correction": look["rule"], "settings": seq}
+    return {**look, "rule": "sequential", "correction": look["rule"], "settings": seq}
 
 
 def _aa(pairs_aa: dict, pairs_ab: dict, level: str, metric: str, confidence: float) -> dict:
@@ -320,8 +320,9 @@ def _distributions(run: dict, summaries: list[dict], levels: list[str]) -> dict:
     return arms
 
 
-def _arms_info(manifest: dict, starts: dict, variants: dict) -> dict:
-    """What the manifest records per arm (version, image, plugin, simulator config) and its evidence results."""
+def _arms_info(manifest: dict, starts: dict, variants: dict, blocks: list[dict]) -> dict:
+    """What the manifest records per arm (version, image, plugin, simulator config), the evidence results of its
+    server starts, and how many of its windows passed the manipulation check."""
     arms = (manifest.get("experiment") or {}).get("arms") or manifest.get("arms") or {}
     out = {}
     for arm in ("A", "B"):
@@ -331,6 +332,10 @@ def _arms_info(manifest: dict, starts: dict, variants: dict) -> dict:
         failed = [f"start {s['start']}: {s['evidence'].get('reason')}" for s in ev if not s["evidence"].get("ok")]
         info["evidence_result"] = ({"checked": len(ev), "ok": len(ev) - len(failed), "failures": failed}
                                    if ev else None)
+        checked = [b for b in blocks if b["arm"] == arm and b["kind"] in ("ab", "single")
+                   and b["manipulation"].get("applicable", True)]
+        info["manipulation_result"] = ({"checked": len(checked), "ok": sum(b["manipulation"]["ok"] for b in checked)}
+                                       if checked else None)
         out[arm] = info
     return out
 
@@ -404,7 +409,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
         "warnings": _warnings(run, summaries, levels), "notes": run["notes"],
         "experiment": {"name": exp.get("name"), "idea": exp.get("idea"), "confounded": exp.get("confounded"),
                        "primary_metric": primary},
-        "arms_info": _arms_info(man, run["starts"], variants),
+        "arms_info": _arms_info(man, run["starts"], variants, summaries),
         "variants": variants, "backend": backend, "simulated": bool(simulated),
         "fidelity": None if setup is None else {"config": setup["config"], "line": setup["fidelity"],
                                                 "reason": setup["reason"]},
@@ -448,7 +453,7 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
     """comparison.json (without the predictions) from window summaries: also what tools/calibrate.py runs on each
     drawn experiment."""
     unit = rd.DESIGN_UNITS[design]
-    alpha = 1.0 - confidence
+    alpha = round(1.0 - confidence, 12)
     ab, aa = rd.paired_rounds(summaries, "ab"), rd.paired_rounds(summaries, "aa")
     metrics = tuple(dict.fromkeys((primary, *metrics)))
     per_level: dict = {}

@@ -5,6 +5,7 @@ comparison.json only. Ratios B/A are drawn on a log axis, so ×1.25 and ×0.8 si
 from __future__ import annotations
 
 import io
+import math
 import re
 
 import matplotlib
@@ -66,7 +67,7 @@ def plot_levels(summary: dict) -> str:
         ax.set_ylim(bottom=0)  # a wide band of a few windows may reach below zero: these quantities cannot
         ax.set_title(title, loc="left")
     axes[0].legend(loc="best")
-    fig.text(0.99, -0.02, "bands: 95 % Student-t interval of the per-window values", ha="right", color="#777",
+    fig.text(0.99, -0.07, "bands: 95 % Student-t interval of the per-window values", ha="right", color="#777",
              fontsize=8)
     return svg(fig)
 
@@ -109,9 +110,7 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
                             label="fitted model [interval]" if i == 0 else None)
         ax.set_yscale("log")
         ax.minorticks_off()
-        lo, hi = ax.get_ylim()
-        ticks = [t for t in (0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2, 3, 4) if lo <= t <= hi]
-        ax.set_yticks(ticks, [f"×{t:g}" for t in ticks])
+        ax.set_yticks(*_ratio_ticks(*ax.get_ylim()))
         ax.set_xticks(xs, [f"c={lv}" for lv in levels])
         ax.set_xlim(-0.6, len(levels) - 0.4)
         label = summary["metrics"][metric]["label"]
@@ -122,6 +121,18 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
     fig.text(0.99, -0.03, "bars: the interval behind each decision (left: the headline's); colour: the decision",
              ha="right", color="#777", fontsize=8)
     return svg(fig)
+
+
+def _ratio_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Round ratios for a log axis from lo to hi, at least 1/7 of the axis apart (×1 always kept)."""
+    cands = (0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05, 1.1, 1.25, 1.5, 2, 3, 4)
+    gap = (math.log(hi) - math.log(lo)) / 7
+    kept = [1.0] if lo <= 1.0 <= hi else []
+    for t in sorted(cands, key=lambda t: abs(math.log(t))):
+        if lo <= t <= hi and all(abs(math.log(t) - math.log(k)) >= gap for k in kept):
+            kept.append(t)
+    kept.sort()
+    return kept, [f"×{t:g}" for t in kept]
 
 
 def plot_distributions(summary: dict) -> str:

@@ -68,11 +68,12 @@ def _value(v, unit: str) -> str:
         return f"{v * 1e3:.0f} ms" if abs(v) >= 0.01 or v == 0 else f"{v * 1e3:.2f} ms"
     if unit == "share":
         return f"{100 * v:.1f} %"
-    return f"{v:.3g}"
+    return f"{v:.3g}" + (f" {unit}" if unit else "")
 
 
-def _pct(v) -> str:
-    return DASH if v is None else f"{v:.2f} %"
+def _num(v) -> str:
+    """A plain number: whole above 100, else 3 significant digits."""
+    return DASH if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}")
 
 
 def _sd_pct(sd) -> str:
@@ -89,6 +90,7 @@ class Table:
     rows: list[list]  # a cell: text, or (text, css class)
     note: str = ""
     caption: str = ""
+    collapsed: bool = False  # HTML: inside a closed <details> (long lists)
 
 
 @dataclass
@@ -149,15 +151,18 @@ def cards(comparison: dict) -> list[dict]:
     return out
 
 
-def _metric_row(summary, lv, m, res, headline_row=None) -> list:
+def _metric_row(summary, lv, m, res, headline_row=None, sequential=False) -> list:
     meta = summary["metrics"][m]
     arms = [summary["arms"][x].get(lv, {}).get(m) for x in ("A", "B")]
     kind = (headline_row or res)["kind"]
     ci = (headline_row or {}).get("ci") or res.get("ci")
-    role = "primary (Holm)" if headline_row is not None else "secondary, uncorrected"
-    return [f"c={lv}", meta["label"], role, _value(arms[0]["mean"] if arms[0] else None, meta["unit"]),
+    role = ("primary (sequential)" if sequential else "primary (Holm)") if headline_row is not None \
+        else "secondary, uncorrected"
+    decision = (kind, f"k-{kind}") if res.get("n") else DASH  # no round with both values (e.g. a version-1 run)
+    return [(f"c={lv}", "lv") if headline_row is not None else "", (meta["label"], "pm" if headline_row else ""),
+            role, _value(arms[0]["mean"] if arms[0] else None, meta["unit"]),
             _value(arms[1]["mean"] if arms[1] else None, meta["unit"]), _r(res.get("ratio")), _ci(ci),
-            _words(res.get("gain")) if res.get("ratio") else DASH, (kind, f"k-{kind}"),
+            _words(res.get("gain")) if res.get("ratio") else DASH, decision,
             f"{res.get('n')} {res.get('unit')}(s)"]
 
 
@@ -167,14 +172,15 @@ def verdict_table(summary: dict, comparison: dict) -> Table:
     rows = []
     for lv in comparison["levels"]:
         pl = comparison["per_level"][lv]
-        rows.append(_metric_row(summary, lv, primary, pl["metrics"][primary], head["levels"].get(lv)))
+        rows.append(_metric_row(summary, lv, primary, pl["metrics"][primary], head["levels"].get(lv),
+                                head.get("rule") == "sequential"))
         for m in TABLE_METRICS:
             if m != primary and m in pl["metrics"]:
                 rows.append(_metric_row(summary, lv, m, pl["metrics"][m]))
         er = pl["error_rate"]
         arms = [summary["arms"][x].get(lv, {}).get("error_rate") for x in ("A", "B")]
         ci = er.get("ci_pp")
-        rows.append([f"c={lv}", "error rate", "own verdict (rates)", _value(arms[0]["mean"] if arms[0] else None,
+        rows.append(["", "error rate", "own verdict (rates)", _value(arms[0]["mean"] if arms[0] else None,
                                                                           "share"),
                      _value(arms[1]["mean"] if arms[1] else None, "share"),
                      DASH if er.get("diff_pp") is None else f"{er['diff_pp']:+.2f} pp",
@@ -279,7 +285,8 @@ def design_section(summary: dict, comparison: dict) -> Section:
               " → ".join(str(x) for x in b["level_order"]) if b.get("level_order") else "scenario order (version 1)"]
              for b in summary["blocks"]]
     sec.parts.append(Table(["window", "round", "kind", "arm", "start", "position", "level order"], lrows,
-                           "Level order: drawn per window from the run's seed (block.json `levels`)."))
+                           "Level order: drawn per window from the run's seed (block.json `levels`).",
+                           caption=f"Level order of each window ({len(lrows)} windows)", collapsed=True))
     return sec
 
 
@@ -317,7 +324,7 @@ def telemetry_section(summary: dict, comparison: dict) -> Section:
     for lv in summary["levels"]:
         for arm in ("A", "B"):
             w = t[arm].get(lv) or {}
-            rows.append([f"c={lv}", arm] + [_value(w.get(k), "") + f" {u}" if w.get(k) is not None else DASH
+            rows.append([f"c={lv}", arm] + [f"{_num(w.get(k))} {u}" if w.get(k) is not None else DASH
                                              for k, _l, u, _s in cols] + [str(w.get("windows") or 0)])
     note = ("GPU: NVML per GPU, averaged over each measure window (utilisation and clock averaged over GPUs, memory "
             "and power summed), then over the arm's windows." if t.get("gpu") else
@@ -366,12 +373,12 @@ def upstream_section(summary: dict, comparison: dict) -> Section | None:
             for arm in ("A", "B"):
                 h = ((u[arm].get(lv) or {}).get("histograms") or {}).get(name) or {}
                 cells.append(DASH if h.get("mean") is None else
-                             f"mean {h['mean']:.4g} · p50 {h['p50'] if h.get('p50') is None else format(h['p50'], '.4g')}"
+                             f"mean {h['mean']:.4g} · p50 {DASH if h.get('p50') is None else format(h['p50'], '.4g')}"
                              f" · n {h['count']:.0f}")
             rows.append([f"c={lv}", name, *cells])
         cnames = sorted({k for a in ("A", "B") for k in ((u[a].get(lv) or {}).get("counters") or {})})
         for name in cnames:
-            rows.append([f"c={lv}", name, *[_value(((u[a].get(lv) or {}).get("counters") or {}).get(name), "")
+            rows.append([f"c={lv}", name, *[_num(((u[a].get(lv) or {}).get("counters") or {}).get(name))
                                             for a in ("A", "B")]])
     sec.parts.append(Table(["level", "series", "A", "B"], rows,
                            "Histograms: pooled mean (sum / count over the arm's windows) and the mean of each "
@@ -418,7 +425,13 @@ def arms_section(summary: dict) -> Section:
         r = info.get(a, {}).get("evidence_result")
         ev.append(DASH if r is None else (f"{r['ok']}/{r['checked']} starts ok", "") if not r["failures"] else
                   (f"{r['ok']}/{r['checked']} ok; " + "; ".join(r["failures"]), "k-slower"))
-    rows.append(["evidence result", *ev])
+    rows.append(["evidence result (server starts)", *ev])
+    checks = []
+    for a in ("A", "B"):
+        m = info.get(a, {}).get("manipulation_result")
+        checks.append(DASH if not m else (f"{m['ok']}/{m['checked']} windows pass", "") if m["ok"] == m["checked"]
+                      else (f"{m['ok']}/{m['checked']} windows pass", "k-slower"))
+    rows.append(["manipulation check (windows)", *checks])
     sec.parts.append(Table(["", "A", "B"], rows))
     return sec
 
@@ -481,13 +494,12 @@ def title(summary: dict) -> str:
         f" — run {summary['run_id']}"
 
 
-def headline_sentence(comparison: dict) -> str:
+def headline_sentence(summary: dict, comparison: dict) -> str:
     head = comparison.get("headline")
     if not head:
         return "No valid A/B round: nothing to compare yet."
-    metric = comparison["primary_metric"]
     rule = "sequential rule" if head.get("rule") == "sequential" else "Holm over levels"
-    return f"Primary metric {metric}: {head['kind']} — {head['text']} ({rule})."
+    return f"Primary metric {summary['metrics'][comparison['primary_metric']]['label']}: {head['kind']} — {head['text']} ({rule})."
 
 
 # ----------------------------------------------------------------------------------------------- Markdown
@@ -510,7 +522,7 @@ def markdown(summary: dict, comparison: dict) -> str:
     lines = [f"# {title(summary)}", ""]
     for _, text in banners(summary, comparison):
         lines += [f"> **{text}**", ""]
-    lines += [f"**{headline_sentence(comparison)}**", ""]
+    lines += [f"**{headline_sentence(summary, comparison)}**", ""]
     for c in cards(comparison):
         lines.append(f"- c={c['level']}: **{c['kind']}** B/A {_r(c['ratio'])} {_ci(c['ci'])} ({c['words']}; "
                      f"{c['note']})")
@@ -559,6 +571,7 @@ caption{text-align:left;font-weight:600;padding:6px 0}
 .k-equivalent{color:#5b6b7c;font-weight:600}.k-inconclusive{color:#c98a06;font-weight:600}
 .k-mixed{color:#8e44ad;font-weight:600}
 .no{color:#d64545;font-weight:700}
+tr.lvrow td{border-top:2px solid #9aa5b1}td.lv,td.pm{font-weight:700}
 .legend{font-size:12px;color:#5b6b7c;margin-top:4px}
 details{margin-top:6px}summary{cursor:pointer;color:#3b6ea8}
 """
@@ -569,8 +582,8 @@ def _esc(x) -> str:
 
 
 def _html_table(t: Table) -> str:
-    out = ["<table>"]
-    if t.caption:
+    out = [f"<details><summary>{_esc(t.caption)}</summary>" if t.collapsed else "", "<table>"]
+    if t.caption and not t.collapsed:
         out.append(f"<caption>{_esc(t.caption)}</caption>")
     out.append("<tr>" + "".join(f"<th>{_esc(h)}</th>" for h in t.headers) + "</tr>")
     for row in t.rows:
@@ -580,10 +593,14 @@ def _html_table(t: Table) -> str:
                 cells.append(f"<td class='{_esc(c[1])}'>{_esc(c[0])}</td>" if c[1] else f"<td>{_esc(c[0])}</td>")
             else:
                 cells.append(f"<td>{_esc(c)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
+        first = row[0] if row else None
+        lvrow = isinstance(first, tuple) and first[1] == "lv"
+        out.append(("<tr class='lvrow'>" if lvrow else "<tr>") + "".join(cells) + "</tr>")
     out.append("</table>")
     if t.note:
         out.append(f"<div class='legend'>{_esc(t.note)}</div>")
+    if t.collapsed:
+        out.append("</details>")
     return "".join(out)
 
 
@@ -603,7 +620,7 @@ def html_page(summary: dict, comparison: dict) -> str:
                  f"{_esc(summary['design']['name'])} · {r['ab']} A/B rounds + {r['aa']} A/A rounds · margin "
                  f"±{comparison['settings']['margin_pct']:g} % · git {_esc((summary.get('git_revision') or '')[:10])}"
                  f" · started {_esc(summary.get('started') or '')}</div>")
-    parts.append(f"<div class='headline'>{_esc(headline_sentence(comparison))}</div><div class='cards'>")
+    parts.append(f"<div class='headline'>{_esc(headline_sentence(summary, comparison))}</div><div class='cards'>")
     metric_label = summary["metrics"][comparison["primary_metric"]]["label"]
     for c in cards(comparison):
         col = plots.KIND_COLORS.get(c["kind"], "#ccc")

@@ -1,0 +1,356 @@
+"""The statistics on synthetic version-2 run folders with known answers (tests/synthetic_runs.py): the verdict through
+the inference API, failures as data, A/A bias, nested designs (known variance components), the order effect,
+requests spanning a switch, telemetry, streaming continuity, vllm-omni series, the fitted model's prediction, the
+sequential look and the pilot plan commands (in-process, through main(argv)), old runs and unknown schemas."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+
+import numpy as np
+import pytest
+import synthetic_runs as sr
+from conftest import ROOT
+from scipy import stats as sps
+
+from loadtest import records as rec
+from ttsreport import __main__ as cli
+from ttsreport.analysis import Options, summarize
+from ttsreport.blocks import block_summary, load_run
+
+
+def test_fresh_known_effect_reads_the_same_for_every_metric(tmp_path):
+    """B's latency x1/1.05: throughput x1.05 and latency x0.952, both "B 1.05x faster"."""
+    run = sr.fresh(tmp_path / "r", rounds=6, aa_rounds=1, b_factor=1 / 1.05)
+    summary, comp = summarize(run)
+    assert comp["schema"] == rec.COMPARISON_SCHEMA and summary["schema"] == rec.SUMMARY_SCHEMA
+    head = comp["headline"]
+    assert head["rule"] == "fixed" and head["kind"] == "faster" and "Holm" in head["correction"]
+    for lv in ("2", "8"):
+        thr, lat = (comp["per_level"][lv]["metrics"][m] for m in ("throughput_rps", "e2e_p50"))
+        assert abs(thr["ratio"] - 1.05) < 0.01 and thr["ci"][0] < 1.05 < thr["ci"][1]
+        assert abs(lat["ratio"] - 1 / 1.05) < 0.01
+        assert abs(thr["gain"] - lat["gain"]) < 0.01  # one estimand: the same speed-up read from either metric
+        assert lat["role"] == "secondary" and not lat["corrected"] and "uncorrected" in lat["text"]
+        assert head["levels"][lv]["p_holm"] >= thr["p_value"]
+        assert comp["per_level"][lv]["error_rate"]["kind"] == "inconclusive"  # no failures anywhere
+    assert comp["without_failures"] is None  # no round had a failure: the second analysis would be the first
+    assert comp["settings"]["margin_pct"] == 1.0 and comp["settings"]["margin_source"] == "default"
+    assert comp["settings"]["unit"] == "round" and comp["settings"]["design"] == "fresh"
+
+
+def test_equivalence_with_the_margin_from_the_scenario_and_the_override(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=8, b_factor=1.0, noise=0.02, scenario={"margin_pct": 3.0})
+    _, comp = summarize(run)
+    assert comp["settings"]["margin_pct"] == 3.0 and comp["settings"]["margin_source"] == "scenario.yaml"
+    assert comp["headline"]["kind"] == "equivalent", comp["headline"]["text"]
+    _, tight = summarize(run, Options(margin_pct=0.01))
+    assert tight["settings"]["margin_source"] == "--margin-pct"
+    assert tight["headline"]["kind"] == "inconclusive"  # ±0.01 % is narrower than any interval of 8 rounds
+    assert cli.main([str(run), "--margin-pct", "0.01"]) == 0
+    assert json.loads((run / "comparison.json").read_text())["settings"]["margin_pct"] == 0.01
+
+
+def test_primary_metric_from_the_experiment(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=5, b_factor=1 / 1.05,
+                   manifest={"experiment": {"name": "x", "primary_metric": "e2e_p50", "arms": {}}})
+    _, comp = summarize(run)
+    assert comp["primary_metric"] == "e2e_p50" and comp["headline"]["metric"] == "e2e_p50"
+    assert comp["headline"]["kind"] == "faster"  # lower latency is better: "faster" in the metric's own direction
+    assert comp["per_level"]["8"]["metrics"]["e2e_p50"]["role"] == "primary"
+    assert comp["per_level"]["8"]["metrics"]["throughput_rps"]["role"] == "secondary"
+
+
+def test_aa_bias_is_flagged_loudly_and_never_moves_a_threshold(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=4, aa_rounds=4, b_factor=1 / 1.05, aa_factor=1.05)
+    _, comp = summarize(run)
+    aa = comp["per_level"]["8"]["aa"]["throughput_rps"]
+    assert aa["warn"] and aa["n"] == 4 and aa["ci"][1] < 1.0  # the second A window 5 % slower
+    assert comp["aa_warnings"] and "A/A throughput" in comp["aa_warnings"][0]
+    # the A/B verdict does not depend on the A/A rounds (no floor): without them, the same interval
+    same = tmp_path / "without-aa"
+    shutil.copytree(run, same)
+    for blk in (same / "blocks").iterdir():
+        if "-aa-" in blk.name:
+            shutil.rmtree(blk)
+    _, ref = summarize(same)
+    assert not ref["aa_warnings"] and ref["rounds"] == {"ab": 4, "aa": 0}
+    assert comp["per_level"]["8"]["metrics"]["throughput_rps"]["ci"] == ref["per_level"]["8"]["metrics"][
+        "throughput_rps"]["ci"]
+    assert comp["headline"]["kind"] == ref["headline"]["kind"] == "faster"
+    assert cli.main([str(run)]) == 0
+    assert "A/A BIAS" in (run / "summary.md").read_text()
+
+
+def test_failures_are_data_with_a_second_analysis(tmp_path):
+    """B fails 30 measure requests at c=8 in every round: its error rate has a verdict; the rounds are kept in the
+    primary analysis and left out of the second one."""
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05,
+                   failures=lambda i, arm: {8: 30} if arm == "B" else ({8: 1} if i == 0 else {}))
+    summary, comp = summarize(run)
+    assert not summary["invalid_blocks"]  # failed requests alone never invalidate a window
+    er = comp["per_level"]["8"]["error_rate"]
+    assert er["kind"] == "more_failures" and er["rate_b"] > er["rate_a"] and er["ci_pp"][0] > 0
+    assert comp["per_level"]["2"]["error_rate"]["kind"] == "inconclusive"
+    clean = comp["without_failures"]
+    assert clean["left_out"]["8"] == sorted(comp["per_level"]["8"]["error_rate"]["rounds_with_failures"])
+    assert len(clean["left_out"]["8"]) == 6 and clean["left_out"]["2"] == []
+    assert clean["levels"]["8"]["n"] == 0 and clean["levels"]["2"]["n"] == 6
+    assert clean["differs"] == ["8"]  # no round left at c=8: inconclusive there, unlike the first analysis
+    assert comp["per_level"]["8"]["metrics"]["throughput_rps"]["n"] == 6
+
+
+def _nested_designed(tmp_path, name, *, S=6, W=4, s2_start=0.02 ** 2, s2_pair=0.01 ** 2, mean=0.05, noise=0.0,
+                     carry_over=0.0, seed=3):
+    """Start effects with sample variance s2_start + s2_pair/W and pair effects with sample variance s2_pair inside
+    every start (mean 0 there, in a seeded order): the method of moments recovers s2_start and s2_pair exactly."""
+    u = sr.designed_effects(S, s2_start + s2_pair / W)
+    rng = random.Random(seed)
+    e = {}
+    for s in range(S):
+        e[s] = sr.designed_effects(W, s2_pair) if s2_pair else [0.0] * W
+        rng.shuffle(e[s])
+    return sr.nested(tmp_path / name, starts=S, pairs=W, d=lambda s, p: mean + u[s] + e[s][p], noise=noise,
+                     carry_over=carry_over, seed=seed), u
+
+
+def test_nested_known_components_and_the_start_as_the_unit(tmp_path):
+    """Known answer, exact: no per-request noise, so every window's throughput is c / latency and the components are
+    the designed ones to rounding; the interval is the t interval over the 6 start means (5 df)."""
+    run, u = _nested_designed(tmp_path, "n")
+    _, comp = summarize(run)
+    res = comp["per_level"]["4"]["metrics"]["throughput_rps"]
+    assert res["unit"] == "start" and res["n"] == 6 and res["df"] == 5 and res["n_rounds"] == 24
+    half = sps.t.ppf(0.975, 5) * math.sqrt(np.var(u, ddof=1) / 6)
+    assert res["ci"] == pytest.approx([math.exp(0.05 - half), math.exp(0.05 + half)], rel=1e-9)
+    c = comp["per_level"]["4"]["design"]["components"]
+    assert c["sigma2_start"] == pytest.approx(0.02 ** 2, rel=1e-6)
+    assert c["sigma2_pair"] == pytest.approx(0.01 ** 2, rel=1e-6)
+    assert c["sigma2_within"] == pytest.approx(0.0, abs=1e-12) and c["n_starts"] == 6
+    # the per-pair t interval (ignoring the starts) would be much narrower: the start carries most of the variance
+    d = [math.log(r["ratio"]) for r in res["rounds"]]
+    assert sps.t.ppf(0.975, 23) * np.std(d, ddof=1) / math.sqrt(24) < 0.6 * half
+
+
+def test_nested_within_window_variance_from_the_requests(tmp_path):
+    """With per-request noise (lognormal sd s), a window's throughput has sampling variance ~ s^2 / n on the log
+    scale (Little's law); ln(B/A) twice that. The run's sigma2_within must match it: requests per window n ~ 120,
+    s = 0.1, so 2 s^2 / n ~ 1.7e-4; the bound is generous because n varies and the estimate is itself noisy (each
+    window's sample variance of 120 latencies has a relative sd of ~13 %, averaged over 48 windows)."""
+    run, _ = _nested_designed(tmp_path, "n", noise=0.1)
+    summary, comp = summarize(run)
+    ns = [b["levels"]["4"]["n_ok"] for b in summary["blocks"]]
+    expected = 2 * (math.exp(0.1 ** 2) - 1) / np.mean(ns)
+    c = comp["per_level"]["4"]["design"]["components"]
+    assert 0.8 * expected < c["sigma2_within"] < 1.25 * expected, (c["sigma2_within"], expected)
+    # the designed start and pair variances stay inside their sampling error (the noise adds ~1e-4 to a pair's d)
+    assert 0.5 * 0.02 ** 2 < c["sigma2_start"] < 2.0 * 0.02 ** 2
+
+
+def test_order_effect_shows_carry_over(tmp_path):
+    run, _ = _nested_designed(tmp_path, "n", s2_pair=0.0, carry_over=0.03)
+    _, comp = summarize(run)
+    oe = comp["per_level"]["4"]["design"]["order_effect"]
+    assert oe["n_ab"] == 12 and oe["n_ba"] == 12
+    assert oe["ratio"] == pytest.approx(math.exp(0.03), rel=0.01) and oe["warn"]
+    _, ref = summarize(_nested_designed(tmp_path, "m", s2_pair=0.0)[0])
+    assert not ref["per_level"]["4"]["design"]["order_effect"]["warn"]
+
+
+def test_swap_design_is_conditional_on_its_start(tmp_path):
+    wins = [sr.Window(r, "ab", arm, "original" if arm == "A" else "fixed", 0, pos,
+                      {4: 0.2 if arm == "A" else 0.19})
+            for r in range(4) for pos, arm in enumerate(("A", "B") if r % 2 else ("B", "A"))]
+    run = sr.write_run(tmp_path / "s", wins, levels=(4,), design="swap")
+    summary, comp = summarize(run)
+    assert comp["settings"]["unit"] == "round" and "conditional on that start" in comp["settings"]["swap_note"]
+    assert comp["per_level"]["4"]["metrics"]["throughput_rps"]["n"] == 4
+    assert comp["per_level"]["4"]["design"]["components"] is None  # one start: no between-start variance
+    assert summary["design"] == {"name": "swap", "unit": "round", "starts": 1}
+
+
+def test_requests_spanning_a_switch_are_left_out(tmp_path):
+    run, _ = _nested_designed(tmp_path, "n", S=2, W=2)
+    data = load_run(run)
+    blk = data["blocks"][0]
+    start = data["starts"][blk["meta"]["start"]]
+    plain = block_summary(blk, None)
+    edges = [c["t"] for c in blk["counters"] if c.get("kind") == "snapshot" and c["edge"] in ("start", "end")]
+    t_mid = (edges[0] + edges[1]) / 2  # a switch in the middle of the first measure window
+    switched = block_summary(blk, {**start, "switches": [{"t": t_mid, "confirmed_t": t_mid + 0.01}]})
+    lv = str(blk["meta"]["levels"][0])
+    spanning = [r for r in blk["requests"] if r["ok"] and r["t_start"] < t_mid + 0.01 and t_mid < r["t_start"] + r["e2e_s"]]
+    assert switched["spanning"]["left_out"] == len(spanning) > 0
+    assert switched["levels"][lv]["n"] == plain["levels"][lv]["n"] - sum(r["phase"] == "measure" for r in spanning)
+    assert switched["levels"][lv]["n_spanning"] == len(spanning)
+
+
+@pytest.mark.parametrize("source", ["process", "nvml"])
+def test_telemetry_averaged_over_the_measure_windows(tmp_path, source):
+    run = sr.fresh(tmp_path / "r", rounds=2, telemetry=source)
+    summary, _ = summarize(run)
+    t = summary["telemetry"]
+    assert t["available"] and t["gpu"] == (source == "nvml")
+    row = t["A"]["8"]
+    if source == "nvml":  # synthetic: util 60 + 30 * c/max(c), memory 30,000 + 100 * c/max(c), clock constant
+        assert row["gpu_util_pct"] == pytest.approx(90, abs=2) and row["sm_clock_mhz"] == 1980.0
+        assert row["mem_used_mib"] == pytest.approx(30_100) and row["cpu_pct"] is None
+    else:
+        assert row["cpu_pct"] == pytest.approx(120, abs=3) and row["rss_mib"] == 512.0
+        assert row["gpu_util_pct"] is None
+        assert t["A"]["2"]["cpu_pct"] == pytest.approx(90, abs=3)
+    none = sr.fresh(tmp_path / "n", rounds=2, telemetry=None)
+    assert not summarize(none)[0]["telemetry"]["available"]
+
+
+def test_streaming_continuity_per_arm_and_its_verdict(tmp_path):
+    wins = []
+    for r in range(4):
+        for pos, arm in enumerate(("A", "B")):
+            wins.append(sr.Window(r, "ab", arm, "original" if arm == "A" else "fixed", 2 * r + pos, pos, {8: 0.2},
+                                  underrun_s=0.0, stalled_share=0.0 if arm == "A" else 0.4))
+    run = sr.write_run(tmp_path / "r", wins, levels=(8,))
+    summary, comp = summarize(run)
+    c = comp["per_level"]["8"]["continuity"]
+    assert c["available"] and c["arms"]["A"]["continuity_ok_share"] == 1.0
+    assert c["arms"]["B"]["continuity_ok_share"] == pytest.approx(0.6, abs=0.06)
+    assert c["arms"]["B"]["underrun_mean_s"] == pytest.approx(0.25 * 0.4, abs=0.02)
+    assert c["underrun_share"]["kind"] == "more_failures" and "B stalls more" in c["underrun_share"]["text"]
+    assert comp["per_level"]["8"]["metrics"]["stream_rtf_p50"]["n"] == 4
+
+
+def test_vllm_omni_series_per_window(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=2, omni=True, latency=0.2)
+    summary, _ = summarize(run)
+    u = summary["upstream"]
+    assert u["available"]
+    h = u["A"]["8"]["histograms"]["vllm_omni:e2e_request_latency_s"]
+    assert h["mean"] == pytest.approx(0.2, rel=0.05) and h["count"] > 100 and 0.1 <= h["p50"] <= 0.25
+    assert set(u["A"]["8"]["histograms"]) >= {"vllm_omni:stage_gen_time_s{stage=0,stage_type=llm}"}
+    assert u["A"]["8"]["counters"]["vllm_omni:requests_success_total{finished_reason=stop}"] == h["count"]
+    assert not summarize(sr.fresh(tmp_path / "n", rounds=2))[0]["upstream"]["available"]
+
+
+def test_fitted_model_prediction_and_fidelity_for_a_simulated_run(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=3, sim_config="configs/sim/default.yaml")
+    summary, comp = summarize(run)
+    fit = json.loads((ROOT / "configs/sim/default.yaml.fit.json").read_text())
+    assert summary["fidelity"]["line"] == fit["fidelity"]
+    m = comp["per_level"]["8"]["prediction"]["model"]
+    assert m["ci"][0] < m["ratio"] < m["ci"][1] and m["ratio"] == pytest.approx(1 + m["pct"] / 100)
+    unfitted = sr.fresh(tmp_path / "u", rounds=3, sim_config="configs/sim/fast.yaml")
+    s2, c2 = summarize(unfitted)
+    assert "no .fit.json" in s2["fidelity"]["reason"] and c2["per_level"]["8"]["prediction"]["model"]["ratio"] is None
+    real = sr.fresh(tmp_path / "v", rounds=3, simulated=False)
+    s3, c3 = summarize(real)
+    assert s3["fidelity"] is None and c3["per_level"]["8"]["prediction"]["model"] is None
+
+
+def test_confounded_release_comparison_and_arm_info(tmp_path):
+    arms = {a: {"arm": a, "label": a, "backend": "vllm", "vllm_omni": v, "image": f"img:{v}", "plugin": p,
+                "evidence": "log"} for a, v, p in (("A", "0.16.0", "installed, variant fixed"),
+                                                   ("B", "0.30.0", "none: no _LocalPredictorKVCache"))}
+    run = sr.fresh(tmp_path / "r", rounds=2, aa_rounds=0, simulated=False,
+                   manifest={"experiment": {"name": "release", "confounded": "0.16.0 vs 0.30.0: everything differs",
+                                            "primary_metric": "throughput_rps", "arms": arms}})
+    summary, _ = summarize(run)
+    assert summary["experiment"]["confounded"].startswith("0.16.0 vs 0.30.0")
+    assert summary["arms_info"]["B"]["plugin"].startswith("none") and summary["arms_info"]["A"]["image"] == "img:0.16.0"
+    assert summary["arms_info"]["A"]["evidence_result"] == {"checked": 2, "ok": 2, "failures": []}
+    assert cli.main([str(run)]) == 0
+    md = (run / "summary.md").read_text()
+    assert "RELEASE VS RELEASE" in md and "img:0.30.0" in md and "none: no _LocalPredictorKVCache" in md
+
+
+# ----------------------------------------------------------------------------------------------- commands
+
+
+SEQ = {"sequential": {"min_rounds": 3, "max_rounds": 10}}
+
+
+def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, manifest=SEQ)
+    assert cli.main([str(run), "--look"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "STOP" in out[0]
+    assert cli.main([str(run), "--look"]) == 0
+    rows, _ = rec.read_jsonl(run / "looks.jsonl", rec.LOOK_SCHEMA)
+    assert len(rows) == 2
+    line = rows[-1]
+    assert line["schema"] == rec.LOOK_SCHEMA and line["stop"] is True and line["rounds"] == 6
+    assert line["kind"] == "faster" and set(line["levels"]) == {"2", "8"}
+    assert line["levels"]["8"]["ci"][0] > 1.0 and line["metric"] == "throughput_rps"
+    # the report of a sequential run: its headline from the sequential rule, the looks in a table
+    assert cli.main([str(run)]) == 0
+    comp = json.loads((run / "comparison.json").read_text())
+    assert comp["headline"]["rule"] == "sequential" and comp["headline_fixed"]["rule"] == "fixed"
+    seq_ci, fixed_ci = comp["headline"]["levels"]["8"]["ci"], comp["headline_fixed"]["levels"]["8"]["ci"]
+    assert seq_ci[0] < fixed_ci[0] and seq_ci[1] > fixed_ci[1]  # repeated intervals are wider
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(summary["looks"]) == 2 and "Sequential looks" in (run / "summary.md").read_text()
+
+
+def test_look_waits_for_min_rounds_and_refuses_a_fixed_run(tmp_path, capsys):
+    run = sr.fresh(tmp_path / "r", rounds=2, b_factor=1 / 1.05, manifest=SEQ)
+    assert cli.main([str(run), "--look"]) == 0
+    line = json.loads((run / "looks.jsonl").read_text().splitlines()[-1])
+    assert line["stop"] is False and line["kind"] == "inconclusive" and line["rounds"] == 2
+    fixed = sr.fresh(tmp_path / "f", rounds=2)
+    capsys.readouterr()
+    assert cli.main([str(fixed), "--look"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "sequential" in err[0]
+    assert not (fixed / "looks.jsonl").exists()
+
+
+def test_plan_from_a_nested_pilot(tmp_path, capsys):
+    run, _ = _nested_designed(tmp_path, "pilot", S=3, W=2, noise=0.05)
+    assert cli.main([str(run), "--plan", "--target-halfwidth-pct", "1"]) == 0
+    out = capsys.readouterr().out
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["schema"] == rec.PLAN_SCHEMA and plan["starts"] >= 2 and plan["windows_per_start"] >= 1
+    assert plan["costs"]["start_s"] == pytest.approx(12.0 + 2.0)  # start.json ready_s + stop_s
+    assert plan["costs"]["window_pair_s"] > 0 and "half-width = t(S-1)" in plan["formula"]
+    assert plan["halfwidth_pct"] <= 1.0 and f"S={plan['starts']}" in out and plan["formula"] in out
+    s2s, s2p = plan["components"]["sigma2_start"], plan["components"]["sigma2_pair"]
+    s2w = plan["components"]["sigma2_within"]
+    S, W = plan["starts"], plan["windows_per_start"]
+    hw = sps.t.ppf(0.975, S - 1) * math.sqrt(s2s / S + (s2p + s2w) / (S * W))
+    assert 100 * math.expm1(hw) == pytest.approx(plan["halfwidth_pct"])
+    fresh = sr.fresh(tmp_path / "f", rounds=3)
+    capsys.readouterr()
+    assert cli.main([str(fresh), "--plan"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nested" in err[0] and not (fresh / "plan.json").exists()
+
+
+def test_unknown_schema_is_refused_in_one_line(tmp_path, capsys):
+    run = sr.fresh(tmp_path / "r", rounds=2)
+    blk = sorted((run / "blocks").iterdir())[0] / "block.json"
+    obj = json.loads(blk.read_text())
+    blk.write_text(json.dumps({**obj, "schema": "tts-block/9"}))
+    assert cli.main([str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown schema 'tts-block/9'" in err[0] and "block.json" in err[0]
+    assert not (run / "summary.json").exists()
+
+
+def test_version_1_run_is_analysed_with_the_new_method(tmp_path):
+    run = tmp_path / "example"
+    shutil.copytree(ROOT / "reports/example", run, ignore=shutil.ignore_patterns("*.html", "*.md", "*.json"),
+                    dirs_exist_ok=True)
+    shutil.copy(ROOT / "reports/example/manifest.json", run / "manifest.json")
+    for b in (ROOT / "reports/example/blocks").iterdir():
+        for name in ("block.json", "manifest.json"):
+            shutil.copy(b / name, run / "blocks" / b.name / name)
+    summary, comp = summarize(run)
+    assert json.loads((run / "manifest.json").read_text())["schema"] == "tts-ab/1"
+    assert comp["headline"]["rule"] == "fixed" and comp["headline"]["kind"] in ("faster", "slower", "equivalent",
+                                                                                 "inconclusive", "mixed")
+    lv = comp["levels"][0]
+    assert comp["per_level"][lv]["metrics"]["stream_rtf_p50"]["n"] == 0  # no continuity fields in version 1
+    assert not comp["per_level"][lv]["continuity"]["available"] and not summary["telemetry"]["available"]
+    assert all(b["level_order"] is None for b in summary["blocks"])
