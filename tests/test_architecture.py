@@ -2,7 +2,7 @@
 
 Data flows one way: configs -> load -> raw files -> statistics -> report. tts_predictor (the code under test) uses no
 other package of ours; ttssim and loadtest build on tts_predictor only; ttsreport reads the raw files through their
-contract, loadtest.records, and nothing else of loadtest; no product package uses tools/ (benchmarks, soak, fakes),
+contract, loadtest.records (with the metric table and the vllm_omni series' meaning), and the fitted simulator model; no product package uses tools/ (benchmarks, soak, fakes),
 and the A/B command line stays light (no numpy, scipy, torch or ttsreport behind `import loadtest.ab`).
 """
 
@@ -55,7 +55,11 @@ ALLOWED = {
     "tts_predictor": set(),
     "ttssim": {"tts_predictor"},
     "loadtest": {"tts_predictor", "ttssim.config"},  # experiment files validate a simulator arm's settings
-    "ttsreport": {"tts_predictor", "loadtest.records", "loadtest.measures"},
+    # the record contract and the metric table; omni_metrics says what the counters' vllm_omni series mean (their
+    # per-window deltas); ttssim.fit is the fitted simulator model (pure arithmetic, no server) whose predicted
+    # difference the report shows beside the observed one, with the modules it needs
+    "ttsreport": {"tts_predictor", "loadtest.records", "loadtest.measures", "loadtest.omni_metrics", "ttssim.fit",
+                  "ttssim.config", "ttssim.virtual", "ttssim.public", "ttssim.model"},
 }
 
 
