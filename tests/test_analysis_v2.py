@@ -354,3 +354,18 @@ def test_version_1_run_is_analysed_with_the_new_method(tmp_path):
     assert comp["per_level"][lv]["metrics"]["stream_rtf_p50"]["n"] == 0  # no continuity fields in version 1
     assert not comp["per_level"][lv]["continuity"]["available"] and not summary["telemetry"]["available"]
     assert all(b["level_order"] is None for b in summary["blocks"])
+
+
+def test_within_window_variance_matches_the_spread_between_windows(tmp_path):
+    """Known answer: 40 windows of the same closed loop (c=8, latency 0.2 s, per-request lognormal sd 0.1, ~240
+    requests each) differ only by sampling noise, so the variance of ln(metric) between them is what each window's
+    within-window estimate should say. The ratio of a sample variance over 39 df to the truth lies in [0.58, 1.57]
+    with 99 % probability (chi-square); the bound [0.55, 1.65] leaves room for the estimates' own noise."""
+    wins = [sr.Window(i, "ab", "A", "original", i, 0, {8: 0.2}) for i in range(40)]
+    run = sr.write_run(tmp_path / "w", wins, levels=(8,), noise=0.1, telemetry=None)
+    data = load_run(run)
+    rows = [block_summary(b, None)["levels"]["8"] for b in data["blocks"]]
+    for metric in ("throughput_rps", "e2e_p50", "e2e_p90"):
+        between = np.var(np.log([r[metric] for r in rows]), ddof=1)
+        within = np.mean([r["within_var"][metric] for r in rows])
+        assert 0.55 < between / within < 1.65, (metric, between, within)
