@@ -496,14 +496,16 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
         "rounds": {"ab": len(ab), "aa": len(aa)},
         "settings": {
             "confidence": confidence, "alpha": alpha, "margin_pct": margin_pct, "design": design, "unit": unit,
-            "estimand": "per round d = ln(B/A); ratio = exp(mean d); interval = exp(Student t interval of d)"
+            "estimand": "Per round d = ln(B/A); ratio = exp(mean d); interval = exp(Student t interval of d)"
                         + (" over server starts (each start's mean d)" if unit == "start" else " over rounds"),
-            "decision": f"faster/slower when the {100 * confidence:g} % interval excludes 1; equivalent within "
+            "decision": f"Faster/slower when the {100 * confidence:g} % interval excludes 1; equivalent within "
                         f"±{margin_pct:g} % by two one-sided tests at alpha {alpha:g}; otherwise inconclusive",
-            "multiplicity": f"primary metric {METRICS[primary].label}: Holm over {len(levels)} level(s) decides the "
-                            "headline; every other metric is an estimate with its own interval, secondary and "
-                            "uncorrected",
-            "bootstrap": f"percentile bootstrap ({BOOTSTRAP} resamples over the units) of the primary metric: a "
+            "multiplicity": f"Primary metric {METRICS[primary].label}: "
+                            + ("the sequential rule (Holm over levels on its sequential p-values)" if sequential
+                               else f"Holm over {len(levels)} level(s)")
+                            + " decides the headline; every other metric is an estimate with its own interval, "
+                              "secondary and uncorrected",
+            "bootstrap": f"A percentile bootstrap ({BOOTSTRAP} resamples over the units) of the primary metric is a "
                          "diagnostic, never the verdict",
             "sequential": sequential,
             "swap_note": ("one server start holds every window: the interval is conditional on that start "

@@ -117,8 +117,8 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
         better = "higher" if summary["metrics"][metric]["better"] == "higher" else "lower"
         ax.set_title(f"{label}: B/A ({better} is better for B)", loc="left")
         ax.grid(axis="x", visible=False)
-        ax.legend(loc="best", fontsize=7)
-    fig.text(0.99, -0.03, "bars: the interval behind each decision (left: the headline's); colour: the decision",
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=5, fontsize=7)
+    fig.text(0.99, -0.1, "bars: the interval behind each decision (left: the headline's); colour: the decision",
              ha="right", color="#777", fontsize=8)
     return svg(fig)
 

@@ -370,11 +370,14 @@ def upstream_section(summary: dict, comparison: dict) -> Section | None:
         names = sorted({k for a in ("A", "B") for k in ((u[a].get(lv) or {}).get("histograms") or {})})
         for name in names:
             cells = []
+            secs = name.split("{")[0].endswith("_s")
             for arm in ("A", "B"):
                 h = ((u[arm].get(lv) or {}).get("histograms") or {}).get(name) or {}
+
+                def f(x, secs=secs):
+                    return DASH if x is None else (f"{x * 1e3:.1f} ms" if secs else f"{x:.4g}")
                 cells.append(DASH if h.get("mean") is None else
-                             f"mean {h['mean']:.4g} · p50 {DASH if h.get('p50') is None else format(h['p50'], '.4g')}"
-                             f" · n {h['count']:.0f}")
+                             f"mean {f(h['mean'])} · p50 {f(h.get('p50'))} · n {h['count']:.0f}")
             rows.append([f"c={lv}", name, *cells])
         cnames = sorted({k for a in ("A", "B") for k in ((u[a].get(lv) or {}).get("counters") or {})})
         for name in cnames:
@@ -382,7 +385,7 @@ def upstream_section(summary: dict, comparison: dict) -> Section | None:
                                             for a in ("A", "B")]])
     sec.parts.append(Table(["level", "series", "A", "B"], rows,
                            "Histograms: pooled mean (sum / count over the arm's windows) and the mean of each "
-                           "window's p50 (Prometheus bucket interpolation), seconds unless the series says otherwise; "
+                           "window's p50 (Prometheus bucket interpolation); "
                            "counters: summed deltas. Shown beside the client-side metrics, not compared."))
     return sec
 
@@ -475,8 +478,9 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
     method.parts.append(f"{s['estimand']}. {s['decision']}; margin ±{s['margin_pct']:g} % "
                         f"(from {s.get('margin_source', 'default')}). {s['multiplicity']}"
                         + (f" (primary metric from {s.get('primary_source')})" if s.get("primary_source") else "")
-                        + f". {s['bootstrap']}. "
-                        + (head.get("correction", "") if head else ""))
+                        + f". {s['bootstrap']}.")
+    if head:
+        method.parts.append(f"Rule of the headline: {head.get('correction', '')}.")
     out = [top, method, aa_section(summary, comparison)]
     for sec in (failures_section(summary, comparison), design_section(summary, comparison),
                 looks_section(summary, comparison), telemetry_section(summary, comparison),
