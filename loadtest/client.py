@@ -140,7 +140,7 @@ def run_request(
             return _fail(f"http {status}: {text}" if text else f"http {status}", status, None, clock() - t0, 0)
         ctype = str(resp.headers.get("content-type", "")).lower()
         if "application/json" in ctype or "text/" in ctype:
-            return _error_body(resp, ctype, status, t0, clock)
+            return _error_body(resp, ctype, status, t0, clock, min(max_bytes, MAX_ERROR_BODY_BYTES))
         nonzero = False
         parts: list[bytes] = []
         player = Playback() if mode == "stream" else None
@@ -201,7 +201,8 @@ def _fail(reason, status, ttfa, e2e, nbytes, audio_s=None) -> Outcome:
     return Outcome(False, reason, status, ttfa, e2e, audio_s, None, nbytes)
 
 
-def _error_body(resp: Response, ctype: str, status: int, t0: float, clock: Callable[[], float]) -> Outcome:
+def _error_body(resp: Response, ctype: str, status: int, t0: float, clock: Callable[[], float],
+                limit: int) -> Outcome:
     """A 200 answer with a JSON or text body is no audio: read it (bounded) and quote the server's error verbatim.
 
     vllm-omni 0.16.0 returns its ErrorResponse, `{"error": {"message", "type", "param", "code"}}`, with HTTP 200 for
@@ -216,9 +217,8 @@ def _error_body(resp: Response, ctype: str, status: int, t0: float, clock: Calla
             if ttfa is None:
                 ttfa = clock() - t0
             nbytes += len(chunk)
-            if len(body) < MAX_ERROR_BODY_BYTES:
-                body += chunk[:MAX_ERROR_BODY_BYTES - len(body)]
-            else:
+            body += chunk[:max(0, limit - len(body))]
+            if nbytes >= limit:  # enough to quote; the rest is not read
                 break
     except Exception:
         pass  # what arrived is quoted below
