@@ -74,7 +74,9 @@ class Playback:
     add up. `continuity_ok` is `underrun_s <= UNDERRUN_THRESHOLD_S` (0.1 s, vllm-omni's default threshold).
     One difference of resolution: a player plays whole samples, so audio is counted in whole samples of all bytes
     received so far (vllm-omni divides bytes; the two differ by less than one sample, 42 µs).
-    Arrival times come from the caller's clock (the one that times TTFA), taken when a chunk is handed over.
+    Arrival times come from the caller's clock (the one that times TTFA), taken when a chunk is handed over. The
+    gevent transport reads the first byte on its own (for TTFA), so a stream without stalls shows the microseconds
+    between that byte and the rest of the first chunk (measured: 30-180 µs against the simulator), far below 0.1 s.
     """
 
     __slots__ = ("start", "received", "underrun_s", "chunks")
