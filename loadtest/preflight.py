@@ -63,6 +63,7 @@ EXTRA_REQUESTS = 4  # more streamed requests while the sync sampler has not obse
 H100_CLASS = re.compile(r"\bG?H(100|200)\b", re.I)
 MIB = 1024 * 1024
 LOG_READ_CHARS = 4_000_000  # the server log an evidence check reads (its tail, if longer)
+STARTED: list[ServerProcess] = []  # every server this process started: stopped on the way out, whatever happens
 
 # Public reports of Base requests failing on the image the mission uses (docs/sources.md, "Serving").
 BASE_REPORTS = ("public reports: Qwen3-TTS *Base* requests fail on the vllm-omni v0.16.0 image / vLLM 0.16.0 "
@@ -187,28 +188,28 @@ def _last_line(text: str, limit: int = 300) -> str:
 # ----------------------------------------------------------------------------------------------------- host
 
 
-def docker_runtimes(shell: Shell) -> tuple[bool, str, bool]:
-    """(NVIDIA runtime listed, why, engine answered), the rule `make serve` applies (ttssim/launch.py)."""
+def docker_runtimes(shell: Shell) -> tuple[bool, str]:
+    """(NVIDIA runtime listed, why): the rule `make serve` applies (ttssim/launch.py; a test holds the two equal)."""
     if shutil.which("docker") is None and not shell.dry_run:
-        return False, "no docker executable on PATH", False
+        return False, "no docker executable on PATH"
     rc, out, err = shell.run(["docker", "info", "--format", "{{json .Runtimes}}"], 15)
     if rc != 0:
-        return False, f"`docker info` exited {rc}: {_last_line(err)}", False
+        return False, f"`docker info` exited {rc}: {_last_line(err)}"
     try:
         runtimes = json.loads(out or "{}") or {}
     except ValueError:
         runtimes = {}
     text = " ".join(runtimes) if isinstance(runtimes, dict) else out.strip()
     if "nvidia" in text.lower():
-        return True, "`docker info` lists the NVIDIA runtime", True
-    return False, f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})", True
+        return True, "`docker info` lists the NVIDIA runtime"
+    return False, f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})"
 
 
 def choose_backend(given: str | None) -> tuple[str, str]:
     """(backend, why): as given, else vllm when Docker lists an NVIDIA runtime, else sim."""
     if given:
         return given, f"BACKEND={given} was given"
-    has_gpu, why, _ = docker_runtimes(Shell(False))
+    has_gpu, why = docker_runtimes(Shell(False))
     return ("vllm" if has_gpu else "sim"), why
 
 
@@ -287,7 +288,7 @@ def check_host(rep: Report, shell: Shell) -> list[Gpu]:
         if rep.failed("host.docker"):
             rep.add("host.nvidia_runtime", "skip", "blocked: host.docker failed")
         else:
-            ok, why, _ = docker_runtimes(shell)
+            ok, why = docker_runtimes(shell)
             if shell.dry_run:
                 rep.add("host.nvidia_runtime", "skip", "dry run")
             elif ok:
@@ -629,6 +630,7 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
         control.parent.mkdir(parents=True, exist_ok=True)
         write_control(control, variant or arm.variant or VARIANT_NAMES[0], observe=False, epoch=0)
     proc = ServerProcess(spec, folder / f"server-{arm.name}.log")
+    STARTED.append(proc)
     t0 = time.monotonic()
     try:
         proc.start()
@@ -720,7 +722,6 @@ def run_plain_arm(rep: Report, shell: Shell, arm: ex.Arm, server: Server | None,
     try:
         rows = scrape(server.process.url)
     except Exception as e:
-        rows = []
         rep.add(f"arm.{arm.name}.evidence", "fail", f"/metrics: {type(e).__name__}: {str(e)[:200]}",
                 "the server stopped answering: read its log in the preflight folder")
         return
@@ -915,6 +916,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:  # Ctrl-C or a bug mid-run: no server is left behind (a stopped one returns at once)
+        while STARTED:
+            STARTED.pop().stop()
 
 
 if __name__ == "__main__":
