@@ -42,7 +42,7 @@ from pathlib import Path
 from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, Outcome, run_request
 from loadtest.prompts import load_corpus, load_voice, speech_payload
-from loadtest.records import SYNC_TOLERANCE, write_json
+from loadtest.records import PREFLIGHT_SCHEMA, SYNC_TOLERANCE, write_json
 from loadtest.scraper import http_get, parse_metrics
 from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port
 from tts_predictor import metrics as pm
@@ -889,7 +889,7 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
     if args.dry_run:
         print_line(f"preflight dry run: {len(rep.checks)} steps listed, nothing run ({elapsed:.1f} s)")
         return 0
-    doc = {"backend": backend, "why": why, "simulated": backend == "sim", "experiment": _rel(exp.path),
+    doc = {"schema": PREFLIGHT_SCHEMA, "backend": backend, "why": why, "simulated": backend == "sim", "experiment": _rel(exp.path),
            "variants": variants, "started": started.isoformat(timespec="seconds"), "elapsed_s": round(elapsed, 2),
            "ok": not counts["fail"], "counts": counts, "checks": [c.to_dict() for c in rep.checks]}
     write_json(folder / "preflight.json", doc)
