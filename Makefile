@@ -18,7 +18,7 @@ QUICK ?=
 RESUME ?=
 DRY_RUN ?=
 
-.PHONY: help venv test test-fast lint micro serve load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
@@ -26,6 +26,7 @@ help:
 	@echo "make test-fast the unit tier: no processes, no servers (about a minute on 2 cores)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
+	@echo "make preflight [BACKEND=vllm|sim] [VARIANT=v[,v]] [EXPERIMENT=file] [PREPARE=1] [DRY_RUN=1]  first on a new host"
 	@echo "make ab        A=original B=fixed BACKEND=sim|vllm ROUNDS=3 SCENARIO=... [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
@@ -57,6 +58,14 @@ micro: $(STAMP)
 serve: $(STAMP)
 	$(PY) -m ttssim.launch --variant $(VARIANT) --port $(PORT) --device $(DEVICE) --config $(SIM_CONFIG) \
 		$(if $(BACKEND),--backend $(BACKEND),) $(if $(DRY_RUN),--dry-run,)
+
+# First command on a new host (docs/gpu-host.md): host, image, one hot-swap server, a WAV and a streamed Base request
+# per variant, its sync signature on /metrics, telemetry -> reports/preflight-<UTC>/preflight.json. VARIANT only when
+# given (the file's default would narrow the check to one variant); BACKEND as make serve decides it.
+preflight: $(STAMP)
+	$(PY) -m loadtest.preflight $(if $(BACKEND),--backend $(BACKEND),) \
+		$(if $(filter command line environment,$(origin VARIANT)),--variant $(VARIANT),) \
+		$(if $(EXPERIMENT),--experiment $(EXPERIMENT),) $(if $(PREPARE),--prepare,) $(if $(DRY_RUN),--dry-run,)
 
 HOST ?= http://127.0.0.1:$(PORT)
 LOAD_SCENARIO ?= configs/scenarios/smoke.yaml

@@ -234,6 +234,17 @@ def test_step_clock_threshold_is_exclusive_and_buckets_cover_it():
     assert list(M.STEP_INTERVAL_BUCKETS) == sorted(M.STEP_INTERVAL_BUCKETS)
 
 
+def test_step_clock_idle_ends_a_busy_period_whatever_the_gap():
+    """A server that knows it went idle (the simulator) says so: a short idle gap is not a step interval."""
+    clock = StepClock(None, idle_s=1.0)
+    clock.step_start(0.0, 2, "fixed")
+    assert clock.step_start(0.05, 2, "fixed") == pytest.approx(0.05)
+    clock.idle()
+    assert clock.step_start(0.30, 1, "fixed") is None  # 0.25 s after the last step, but after idleness
+    assert clock.step_start(0.34, 1, "fixed") == pytest.approx(0.04)
+    assert clock.steps == 4 and clock.intervals == 2
+
+
 # --- the plugin's boundary and source checks (no vLLM needed) --------------------------------------------------
 
 def _t(values):

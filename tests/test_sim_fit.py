@@ -159,63 +159,41 @@ def test_stored_profiles_reproduce_their_fit():
         assert stored["fidelity"].startswith("SIMULATED -- model vs ")
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    return {k: float(v) for k, _, v in (line.rpartition(" ") for line in text.splitlines() if line[:1] not in "#")}
-
-
-def start_sim(variant: str, config: str, sets: list[str], tmp: Path):
-    """`python -m ttssim` on a free port (reported through --port-file)."""
-    import time
-    from types import SimpleNamespace
-
-    port_file = tmp / "port"
-    cmd = [sys.executable, "-m", "ttssim", "--variant", variant, "--port", "0", "--config", str(REPO / config),
-           "--port-file", str(port_file), "--log-level", "WARNING"] + [x for s in sets for x in ("--set", s)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not port_file.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "simulator did not start"
-        time.sleep(0.05)
-    return SimpleNamespace(proc=proc, url=f"http://127.0.0.1:{int(port_file.read_text())}")
-
-
 @pytest.mark.slow
 def test_run_fit_recovers_known_parameters_from_the_real_simulator(tmp_path):
     """The real simulator process (known step parameters, its step clock on /metrics) driven at three levels; the
     run fit recovers the parameters. Tolerances leave room for the event loop's lateness on a busy machine."""
     import asyncio
 
-    import aiohttp
+    import httpx
+
+    from loadtest.scraper import samples
+    from tools.sim_server import SimServer
 
     truth = {"base_ms": 20.0, "per_request_ms": 2.0, "prefill_ms": 6.0}
     sets = [f"model.{k}={v}" for k, v in truth.items()] + ["model.max_batch_size=16", "model.code2wav_chunk_ms=1"]
-    sim = start_sim("vectorized", "configs/sim/fast.yaml", sets, tmp_path)
     counters, requests = [], []
 
-    async def level(step_i: int, c: int, n: int, chars: int) -> None:
-        async with aiohttp.ClientSession() as s:
-            async with s.get(sim.url + "/metrics") as r:
-                start = parse_metrics(await r.text())
+    async def level(url: str, step_i: int, c: int, n: int, chars: int) -> None:
+        async with httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=None)) as s:
+            start = samples((await s.get(url + "/metrics")).text)
             sem = asyncio.Semaphore(c)
 
             async def one():
-                async with sem, s.post(sim.url + "/v1/audio/speech", json={"input": "x" * chars}) as r:
-                    await r.read()
+                async with sem:
+                    r = await s.post(url + "/v1/audio/speech", json={"input": "x" * chars})
+                    assert r.status_code == 200
                     requests.append({"step": step_i, "concurrency": c, "phase": "measure", "variant": "vectorized"})
 
             await asyncio.gather(*(one() for _ in range(n)))
-            async with s.get(sim.url + "/metrics") as r:
-                end = parse_metrics(await r.text())
-        for edge, samples in (("start", start), ("end", end)):
+            end = samples((await s.get(url + "/metrics")).text)
+        for edge, snap in (("start", start), ("end", end)):
             counters.append({"kind": "snapshot", "step": step_i, "concurrency": c, "edge": edge, "ok": True,
-                             "samples": samples})
+                             "samples": snap})
 
-    try:
+    with SimServer("vectorized", config="configs/sim/fast.yaml", overrides=sets) as sim:
         for i, (c, n, chars) in enumerate(((1, 3, 40), (4, 12, 30), (12, 36, 25))):
-            asyncio.run(level(i, c, n, chars))
-    finally:
-        sim.proc.terminate()
-        sim.proc.wait(10)
+            asyncio.run(level(sim.url, i, c, n, chars))
     block = tmp_path / "blocks" / "000-r0-ab-A"
     block.mkdir(parents=True)
     (block / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in counters))

@@ -5,7 +5,7 @@
 For each public setup (ttssim.public) it starts the real simulator with that setup's profile (configs/sim/), drives
 it like the public benchmark did, computes the public benchmark's metrics with the same definitions, and writes a
 table: public number, the fitted model's value (ttssim.virtual, no clock), the simulator's measured value, the
-residual and the knob it depends on. The client is a small asyncio/aiohttp copy of `vllm bench serve
+residual and the knob it depends on. The client is a small asyncio/httpx version of `vllm bench serve
 --backend openai-audio-speech`'s loop (semaphore of c, warm-ups first, request rate inf), written from its
 documented behaviour. Timings on a shared machine are noisy: the report records the load average.
 """
@@ -14,26 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import io
 import json
 import math
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import aiohttp
-import numpy as np
-import soundfile as sf
+import httpx
 
+from tools.bench_sim import ref_audio_uri, scrape
+from tools.sim_server import SimServer
 from tts_predictor import domain
 from tts_predictor import metrics as M
 from ttssim import fit, public
@@ -43,57 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 HEADERS = {"Content-Type": "application/json"}
 
 
-# --- a simulator process ----------------------------------------------------------------------------------------
-class Sim:
-    """`python -m ttssim` on a free port (reported through a file), stopped with SIGTERM."""
-
-    def __init__(self, variant: str, config: str, overrides: list[str] = ()):
-        self.dir = tempfile.TemporaryDirectory(prefix="fidelity-")
-        self.port_file = Path(self.dir.name) / "port"
-        cmd = [sys.executable, "-m", "ttssim", "--variant", variant, "--port", "0", "--config", str(REPO / config),
-               "--port-file", str(self.port_file), "--log-level", "WARNING"]
-        for o in overrides:
-            cmd += ["--set", o]
-        self.log = open(Path(self.dir.name) / "log", "wb")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while not self.port_file.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"simulator did not start: {(Path(self.dir.name) / 'log').read_text()[-2000:]}")
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{int(self.port_file.read_text())}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-        self.dir.cleanup()
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
 # --- the vllm bench serve loop -------------------------------------------------------------------------------------
-def ref_audio_uri(seconds: float = 1.0) -> str:
-    sr = domain.SAMPLE_RATE_HZ
-    t = np.arange(int(seconds * sr)) / sr
-    buf = io.BytesIO()
-    sf.write(buf, (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), sr, format="WAV", subtype="PCM_16")
-    return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 def text_for_frames(frames: int, cfg: SimConfig) -> str:
     """The shortest input the simulator turns into exactly `frames` frames (its length rule: ceil(chars x rate))."""
     a = cfg.audio
@@ -115,21 +61,21 @@ class Result:
     audio_s: float
 
 
-async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> Result:
+async def one(client: httpx.AsyncClient, url: str, body: bytes) -> Result:
     """One streaming request timed like vllm bench's openai-audio-speech client: TTFP at the first non-empty chunk,
     latency at the end of the body, audio seconds from the PCM byte count."""
     t0 = time.perf_counter()
     ttfp, nbytes = 0.0, 0
     try:
-        async with session.post(url + "/v1/audio/speech", data=body, headers=HEADERS) as r:
-            if r.status != 200:
-                await r.read()
+        async with client.stream("POST", url + "/v1/audio/speech", content=body, headers=HEADERS) as r:
+            if r.status_code != 200:
+                await r.aread()
                 return Result(False, 0.0, time.perf_counter() - t0, 0.0)
-            async for chunk in r.content.iter_any():
+            async for chunk in r.aiter_raw():
                 if chunk and not ttfp:
                     ttfp = time.perf_counter() - t0
                 nbytes += len(chunk)
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except httpx.HTTPError:
         return Result(False, 0.0, time.perf_counter() - t0, 0.0)
     return Result(True, ttfp, time.perf_counter() - t0, nbytes / domain.BYTES_PER_SAMPLE / domain.SAMPLE_RATE_HZ)
 
@@ -137,8 +83,8 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> Result:
 async def bench(url: str, bodies: list[bytes], concurrency: int, warmups: int) -> tuple[list[Result], float, dict,
                                                                                           dict]:
     """Warm-ups (the first body, all finished first), then every body with at most `concurrency` in flight."""
-    timeout = aiohttp.ClientTimeout(total=900)
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(900.0), limits=limits) as s:
         sem = asyncio.Semaphore(concurrency)
 
         async def limited(body):
@@ -147,13 +93,11 @@ async def bench(url: str, bodies: list[bytes], concurrency: int, warmups: int) -
 
         if warmups:
             await asyncio.gather(*(limited(bodies[0]) for _ in range(warmups)))
-        async with s.get(url + "/metrics") as r:
-            before = parse_metrics(await r.text())
+        before = await scrape(s, url)
         t0 = time.perf_counter()
         results = await asyncio.gather(*(limited(b) for b in bodies))
         duration = time.perf_counter() - t0
-        async with s.get(url + "/metrics") as r:
-            after = parse_metrics(await r.text())
+        after = await scrape(s, url)
     return list(results), duration, before, after
 
 
@@ -198,20 +142,14 @@ def run_ci(quick: bool, ref: str, log) -> dict:
     out = {}
     for c, n, w in levels:
         frames = [public.CI_FRAMES[i % len(public.CI_FRAMES)] for i in range(n)]
-        sim = Sim(variant, profile)
-        try:
+        with SimServer(variant, config=profile) as sim:
             res, dur, before, after = asyncio.run(bench(sim.url, bodies_for(frames, cfg, ref), c, w))
-        finally:
-            sim.stop()
         out[c] = level_metrics(res, dur) | clock(before, after, variant)
         log(f"ci c={c}: {out[c]}")
     # [4855]: the step time at batch 64 (the profile with its batch limit opened, 64 short requests at once)
-    sim = Sim(variant, profile, ["model.max_batch_size=64"])
-    try:
+    with SimServer(variant, config=profile, overrides=["model.max_batch_size=64"]) as sim:
         frames = [40] * 64
         res, dur, before, after = asyncio.run(bench(sim.url, bodies_for(frames, cfg, ref), 64, 0))
-    finally:
-        sim.stop()
     out["b64"] = clock(before, after, variant)
     log(f"ci batch 64: {out['b64']}")
     return out
@@ -227,11 +165,8 @@ def run_seed(quick: bool, ref: str, log) -> dict:
     for i in range(runs):
         order = public.SEED_SETUP.variants if i % 2 == 0 else public.SEED_SETUP.variants[::-1]
         for variant in order:
-            sim = Sim(variant, profile)
-            try:
+            with SimServer(variant, config=profile) as sim:
                 res, dur, before, after = asyncio.run(bench(sim.url, bodies_for(frames, cfg, ref), 8, 0))
-            finally:
-                sim.stop()
             out[variant].append(level_metrics(res, dur) | clock(before, after, variant))
             log(f"seed run {i} {variant}: {out[variant][-1]}")
     return out

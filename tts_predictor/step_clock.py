@@ -32,6 +32,11 @@ class StepClock:
             self._children[key] = child
         return child
 
+    def idle(self) -> None:
+        """The talker went idle (a server that knows it, like the simulator): the next step starts a new busy period
+        whatever the gap. The plugin cannot know it and relies on the idle threshold alone."""
+        self._last_t = None
+
     def step_start(self, now: float, batch: int, variant: str) -> float | None:
         """Record a step that starts at `now` (seconds, monotonic); returns the interval it closed, if any."""
         interval = None

@@ -207,6 +207,7 @@ class Engine:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 deadline = prev_end = None
+                self.clock.idle()  # a gap of idleness is no step, however short
                 await self._wake.wait()
             now = loop.time()
             # let handlers woken by a chunk delivery (same loop iteration as this wake-up) write it first

