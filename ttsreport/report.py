@@ -354,8 +354,9 @@ def continuity_section(summary: dict, comparison: dict) -> Section:
         return sec
     sec.parts.append(Table(["level", "arm", "streamed ok", "mean underrun", "p90 underrun", "continuity ok",
                             "p50 streaming RTF"], rows,
-                           "A player that starts at the first chunk; a stall over 100 ms is an underrun. Means over "
-                           "the arm's windows. The share of streams with an underrun is compared like a failure rate; "
+                           "A player that starts at the first chunk and plays in real time; underrun = its total "
+                           "stall; a stream is continuous when that total is at most 100 ms. Means over the arm's "
+                           "windows. The share of streams with an underrun is compared like a failure rate; "
                            "the streaming RTF ratio is in the table above (secondary)."))
     return sec
 
