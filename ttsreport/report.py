@@ -482,6 +482,28 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
                         + f". {s['bootstrap']}.")
     if head:
         method.parts.append(f"Rule of the headline: {head.get('correction', '')}.")
+    primary = comparison["primary_metric"]
+    rows = []
+    for lv in comparison["levels"]:
+        res = comparison["per_level"][lv]["metrics"][primary]
+        row = (head or {"levels": {}})["levels"].get(lv) or {}
+        need = row.get("rounds_needed")
+        if row.get("kind") != "inconclusive":
+            settle = DASH
+        elif (head or {}).get("rule") == "sequential":
+            settle = f"the sequential rule looks again after every {res.get('unit')}, up to " \
+                     f"{head['settings']['max_rounds']}"
+        else:
+            settle = f"about {need} more {res.get('unit')}(s)" if need else "more rounds would not settle it"
+        rows.append([f"c={lv}", _ci(res.get("ci")), _ci(res.get("ci_bootstrap")), _ci(row.get("ci_simultaneous")),
+                     settle, row.get("rounds_needed_assumption") or DASH])
+    seq = (head or {}).get("rule") == "sequential"
+    method.parts.append(Table(["level", "t interval (fixed sample)" if seq else "t interval (the verdict's)",
+                               "bootstrap (diagnostic)",
+                               "simultaneous (Bonferroni, display)", "to settle it", "what that assumes"], rows,
+                              f"{summary['metrics'][primary]['label']}: the Student t interval decides; the "
+                              "percentile bootstrap over the units is shown only as a check of its shape (with few "
+                              "units it cannot reach beyond the data, so it is never the verdict)."))
     out = [top, method, aa_section(summary, comparison)]
     for sec in (failures_section(summary, comparison), design_section(summary, comparison),
                 looks_section(summary, comparison), telemetry_section(summary, comparison),
