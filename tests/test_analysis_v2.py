@@ -369,3 +369,17 @@ def test_within_window_variance_matches_the_spread_between_windows(tmp_path):
         between = np.var(np.log([r[metric] for r in rows]), ddof=1)
         within = np.mean([r["within_var"][metric] for r in rows])
         assert 0.55 < between / within < 1.65, (metric, between, within)
+
+
+def test_a_plain_locust_run_has_no_headline_but_a_report(tmp_path):
+    run = sr.fresh(tmp_path / "ab", rounds=1, aa_rounds=0)
+    single = tmp_path / "locust"
+    single.mkdir()
+    blk = sorted((run / "blocks").iterdir())[0]
+    for name in ("requests.jsonl", "counters.jsonl"):
+        shutil.copy(blk / name, single / name)
+    summary, comp = summarize(single)
+    assert comp["headline"] is None and comp["rounds"] == {"ab": 0, "aa": 0}
+    assert [b["kind"] for b in summary["blocks"]] == ["single"] and summary["arms"]["A"]["8"]["throughput_rps"]
+    assert cli.main([str(single)]) == 0
+    assert "No valid A/B round" in (single / "summary.md").read_text()

@@ -479,7 +479,7 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
         row["design"] = _design(ab, lv, primary, design, confidence)
         per_level[lv] = row
     headline = fixed = None
-    if levels and primary_results:
+    if levels and primary_results and ab:  # a plain Locust run (one arm) has nothing to decide
         fixed = headline_fixed(primary_results, alpha)
         fixed["metric"] = primary
         headline = fixed

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,9 @@ def model_prediction(setup: dict | None, level: str, a_blocks: list[dict], a_req
         est, lo, hi = sim_fit.effect_interval(sim_fit.fit_from_dict(setup["fit"]), cfg, int(level), frames, va, vb)
     except (ValueError, KeyError) as e:
         out["reason"] = f"model prediction failed: {e}"
+        return out
+    if not all(math.isfinite(x) for x in (est, lo, hi)):
+        out["reason"] = "the model's prediction is not a number at this level"
         return out
     out.update(pct=est, ratio=1.0 + est / 100.0, ci=[1.0 + lo / 100.0, 1.0 + hi / 100.0], frames=len(frames),
                reason=None, note="the virtual engine times each variant's predictor with the H100 function "
