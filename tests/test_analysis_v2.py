@@ -202,6 +202,9 @@ def test_telemetry_averaged_over_the_measure_windows(tmp_path, source):
         assert row["cpu_pct"] == pytest.approx(120, abs=3) and row["rss_mib"] == 512.0
         assert row["gpu_util_pct"] is None
         assert t["A"]["2"]["cpu_pct"] == pytest.approx(90, abs=3)
+        assert cli.main([str(run)]) == 0  # no GPU: the GPU columns say so, the process columns show the path runs
+        md = (run / "summary.md").read_text()
+        assert "| c=8 | A | not available | not available | not available | not available | 12" in md
     none = sr.fresh(tmp_path / "n", rounds=2, telemetry=None)
     assert not summarize(none)[0]["telemetry"]["available"]
 

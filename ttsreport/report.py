@@ -318,14 +318,16 @@ def telemetry_section(summary: dict, comparison: dict) -> Section:
         sec.parts.append("not available: no telemetry.jsonl samples inside the measure windows (version-1 run, or "
                          "the runner recorded none).")
         return sec
-    cols = [c for c in TELEMETRY_COLUMNS if any((t[a].get(lv) or {}).get(c[0]) is not None
-                                                for a in ("A", "B") for lv in summary["levels"])]
+    gpu_cols = TELEMETRY_COLUMNS[:4]  # always shown: "not available" where no GPU was readable
+    cols = list(gpu_cols) + [c for c in TELEMETRY_COLUMNS[4:] if any((t[a].get(lv) or {}).get(c[0]) is not None
+                                                                     for a in ("A", "B") for lv in summary["levels"])]
     rows = []
     for lv in summary["levels"]:
         for arm in ("A", "B"):
             w = t[arm].get(lv) or {}
-            rows.append([f"c={lv}", arm] + [f"{_num(w.get(k))} {u}" if w.get(k) is not None else DASH
-                                             for k, _l, u, _s in cols] + [str(w.get("windows") or 0)])
+            rows.append([f"c={lv}", arm] + [f"{_num(w.get(k))} {u}" if w.get(k) is not None else
+                                             ("not available" if (k, lab, u, sc) in gpu_cols else DASH)
+                                             for k, lab, u, sc in cols] + [str(w.get("windows") or 0)])
     note = ("GPU: NVML per GPU, averaged over each measure window (utilisation and clock averaged over GPUs, memory "
             "and power summed), then over the arm's windows." if t.get("gpu") else
             "not available on a GPU: no GPU was readable, so these are the server process tree's CPU % (of one core, "
