@@ -374,7 +374,9 @@ class Runner:
             meta.timing["total_s"] = round(time.monotonic() - t0, 2)
             meta.ended = utc()
             rec.write_json(bdir / "block.json", meta.to_dict())
-            if self.active is not None and self.active.planned == w["start"] and self._last_of_start(w):
+            if meta.status == "interrupted":
+                self.stop_start("interrupted", "SIGINT/SIGTERM during a window")
+            elif self.active is not None and self.active.planned == w["start"] and self._last_of_start(w):
                 self.stop_start()
             self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s)
         return meta.to_dict()
@@ -409,8 +411,10 @@ class Runner:
             log = ""
         ok, reason = ex.check_evidence(arm, log, last_snapshot_rows(counters))
         if ok and arm.evidence != self.arms[w["spec"]].evidence:
-            reason += ("; " if reason.rstrip().endswith(":") is False else "") + \
-                "sync signature: checked per window by the manipulation check (a shared start holds both arms' counters)"
+            rest = reason.removeprefix("evidence holds: ")
+            reason = "evidence holds: " + "; ".join(x for x in (rest, "sync signature checked per window by the "
+                                                                "manipulation check (a shared start holds both arms' "
+                                                                "counters)") if x)
         ev = st.record.evidence or {"ok": True, "reason": None, "windows": {}}
         ev["windows"][w["block_id"]] = {"ok": ok, "reason": reason}
         ev["ok"] = ev["ok"] and ok

@@ -45,7 +45,7 @@ def check_run(run_dir: Path, concurrencies, variant=None):
         assert 0 < r.ttfa_s <= r.e2e_s and r.audio_s == pytest.approx(r.bytes / 48000)
         assert r.rtf == pytest.approx(r.e2e_s / r.audio_s) and r.bucket in ("short", "medium")
     man = json.loads((run_dir / "manifest.json").read_text())
-    assert man["schema"] == "tts-run/1" and man["run_id"] == run_dir.name and man["requests_lines"] == len(recs)
+    assert man["schema"] == "tts-run/2" and man["run_id"] == run_dir.name and man["requests_lines"] == len(recs)
     return recs, man
 
 
