@@ -5,8 +5,8 @@ compared level by level (kind "ab": arm A and arm B; kind "aa": arm A twice, lab
 - fresh: every window in its own server start; a round's arm order is a seeded coin flip (the original design).
 - swap: one server start; the arms alternate in balanced seeded ABBA / BAAB pairs of rounds (hot swap through the
   control file; needs arms that differ only in the plugin variant).
-- nested: S server starts of W A/B window pairs each (balanced ABBA / BAAB inside each start); the start is the
-  unit of the confidence interval, the pairs inside it are the repeated measures.
+- nested: S server starts of W A/B window pairs each (balanced ABBA / BAAB, inside each start when W is even); the
+  start is the unit of the confidence interval, the pairs inside it are the repeated measures.
 A/A rounds sit at seeded random positions among the A/B rounds (redrawn if they would all come first), so the noise
 floor is measured across the run, not only at its start. Pure: the same arguments give the same plan.
 """
@@ -38,22 +38,19 @@ def level_order(levels: list[int], seed: int, block_id: str) -> list[int]:
     return random.Random(f"{seed}:levels:{block_id}").sample(list(levels), len(levels))
 
 
-def _orders(kinds: list[str], groups: list[int], design: str, rng: random.Random) -> list[tuple[str, str]]:
-    """Arm order of each round. fresh: a coin flip per round. swap/nested: consecutive A/B rounds of one start form
-    ABBA or BAAB (seeded per pair), so each arm runs first equally often and at balanced times; an odd last A/B round
-    of a start and every A/A round get a coin flip."""
-    orders: list[tuple[str, str] | None] = [None] * len(kinds)
+def _orders(kinds: list[str], design: str, rng: random.Random) -> list[tuple[str, str]]:
+    """Arm order of each round. fresh: a coin flip per round. swap/nested: consecutive A/B rounds form ABBA or BAAB
+    (seeded per pair), so each arm runs first equally often and at balanced times (nested: W A/B rounds per start,
+    so with W even every start is balanced, with W odd the pairs span neighbouring starts); an odd last A/B round and
+    every A/A round get a coin flip."""
     coin = [("A", "B") if rng.random() < 0.5 else ("B", "A") for _ in kinds]
     if design not in SWAPPED:
         return coin
-    by_group: dict[int, list[int]] = {}
-    for i, (k, g) in enumerate(zip(kinds, groups, strict=True)):
-        if k == "ab":
-            by_group.setdefault(g, []).append(i)
-    for idx in by_group.values():
-        for j in range(0, len(idx) - 1, 2):
-            first = ("A", "B") if rng.random() < 0.5 else ("B", "A")
-            orders[idx[j]], orders[idx[j + 1]] = first, first[::-1]
+    orders: list[tuple[str, str] | None] = [None] * len(kinds)
+    idx = [i for i, k in enumerate(kinds) if k == "ab"]
+    for j in range(0, len(idx) - 1, 2):
+        first = ("A", "B") if rng.random() < 0.5 else ("B", "A")
+        orders[idx[j]], orders[idx[j + 1]] = first, first[::-1]
     return [o if o is not None else c for o, c in zip(orders, coin, strict=True)]
 
 
@@ -82,7 +79,7 @@ def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: i
     for k in kinds:  # nested: the start of a round = how many A/B rounds came before it, W per start
         groups.append(min(ab_seen // window_pairs, max(0, (rounds - 1) // window_pairs)) if design == "nested" else 0)
         ab_seen += k == "ab"
-    orders = _orders(kinds, groups, design, rng)
+    orders = _orders(kinds, design, rng)
     plan: list[dict] = []
     for r, (kind, order, group) in enumerate(zip(kinds, orders, groups, strict=True)):
         for position, arm in enumerate(order):

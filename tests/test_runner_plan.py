@@ -45,6 +45,12 @@ def test_swap_and_nested_orders_are_balanced_abba_baab():
                     assert orders[i] == orders[i + 1][::-1]  # AB then BA, or BA then AB
                 firsts = Counter(o[0] for o in orders)
                 assert abs(firsts["A"] - firsts["B"]) <= len(orders) % 2
+    for seed in range(10):  # W = 1: the pairs span neighbouring starts
+        orders = _pairs(make_plan(6, 1, "a", "b", seed, design="nested", window_pairs=1))
+        ab_orders = [o for o, r in zip(orders, rounds_of(make_plan(6, 1, "a", "b", seed, design="nested",
+                                                                   window_pairs=1)), strict=True)
+                     if r[0]["kind"] == "ab"]
+        assert all(ab_orders[i] == ab_orders[i + 1][::-1] for i in range(0, 6, 2))
     both = {tuple(_pairs(make_plan(4, 0, "a", "b", s, design="swap"))[:2]) for s in range(30)}
     assert both == {(("A", "B"), ("B", "A")), (("B", "A"), ("A", "B"))}  # the seed chooses ABBA or BAAB
 

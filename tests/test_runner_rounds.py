@@ -168,3 +168,22 @@ def test_locust_command_of_a_window(tmp_path):
     assert cmd[cmd.index("--control") + 1] == str(tmp_path / "control.json") and "12" in cmd
     bare = runner.locust_cmd(tmp_path, "http://127.0.0.1:1", None, None, None, None)
     assert not {"--control", "--variant", "--request-timeout"} & set(bare)  # an arm without the plugin
+
+
+def test_pilot_asks_the_statistics_for_the_plan_and_prints_it(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--target-halfwidth-pct" in cmd:
+            return subprocess.CompletedProcess(cmd, 2, "", "error: the pilot has no valid start")
+        return subprocess.CompletedProcess(cmd, 0, "S=6 starts x W=3 pairs: half-width 0.9 %\n", "")
+
+    monkeypatch.setattr(ab.subprocess, "run", fake_run)
+    assert ab.pilot_plan(tmp_path, None) == 0
+    out = capsys.readouterr().out
+    assert "S=6 starts" in out and f"PLAN_FROM={tmp_path}" in out
+    assert calls[0][-3:] == ["ttsreport", str(tmp_path), "--plan"]
+    assert ab.pilot_plan(tmp_path, 0.5) == 1
+    assert calls[1][-2:] == ["--target-halfwidth-pct", "0.5"]
+    assert "the pilot has no valid start" in capsys.readouterr().err
