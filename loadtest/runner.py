@@ -11,7 +11,9 @@ the manipulation check, an unconfirmed switch or the arm's evidence failed; the 
 (infrastructure: the server did not start or died, Locust crashed or hung); "interrupted" (the runner was stopped).
 A failed window reruns its whole round at once in a new attempt (the failed attempt kept under attempts/).
 Locust runs with --exit-code-on-error 0, so failed requests are judged from requests.jsonl: they are data.
-A block.json / start.json is written "interrupted" before its work starts and replaced when it ends, so a killed
+A window's timing: load_s (its Locust run), settle_s, total_s (its wall time), and ready_s / stop_s of a server
+start it launched / ended (so in design fresh, as before, each window carries its start's cost; start.json has them
+too). A block.json / start.json is written "interrupted" before its work starts and replaced when it ends, so a killed
 runner leaves a folder that says the truth.
 """
 
@@ -255,6 +257,7 @@ class Runner:
         a = self.active
         if a is not None and a.planned == w["start"] and a.server.alive():
             return a
+        meta.timing["ready_s"] = None  # this window launches a start: its cost lands here (as in design fresh)
         if a is not None:
             self.stop_start()
         n = self._next_start_id()
@@ -282,7 +285,7 @@ class Runner:
             record.ready_s = None
             self._end_start(server, record, sdir)
             raise RuntimeError(str(e)) from None
-        record.ready_s = round(time.monotonic() - t0, 2)
+        record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
         record.status, record.reason = "ready", None
         self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None)
         self.active.save()
@@ -295,15 +298,17 @@ class Runner:
         record.ended = utc()
         rec.write_json(sdir / "start.json", record.to_dict())
 
-    def stop_start(self, status: str = "stopped", reason: str | None = None) -> None:
-        """Stop the start in use: status "stopped" after its windows, "failed" when it died, "interrupted"."""
+    def stop_start(self, status: str = "stopped", reason: str | None = None) -> float | None:
+        """Stop the start in use: status "stopped" after its windows, "failed" when it died, "interrupted". Returns
+        the stop's seconds (None: no start was in use)."""
         a, self.active = self.active, None
         if a is None:
-            return
+            return None
         if not a.server.alive() and status == "stopped":
             status, reason = "failed", reason or f"server exited with code {a.server.proc.returncode} (see server.log)"
         a.record.status, a.record.reason = status, reason
         self._end_start(a.server, a.record, a.dir)
+        return a.record.stop_s
 
     # --- one window ----------------------------------------------------------------------------------------
 
@@ -365,19 +370,20 @@ class Runner:
         except (RuntimeError, OSError, ValueError) as e:
             meta.status, meta.reason = "failed", str(e)
             if st is not None and not st.server.alive():
-                self.stop_start("failed", f"server died during window {w['block_id']} "
-                                          f"(exit {st.server.proc.returncode}; see server.log)")
+                meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w['block_id']} "
+                                                                  f"(exit {st.server.proc.returncode}; see server.log)")
         finally:
             if tele is not None:
                 tele.stop()
             stop_group(locust, signal.SIGINT, LOCUST_STOP_S)
+            if meta.status == "interrupted":
+                meta.timing["stop_s"] = self.stop_start("interrupted", "SIGINT/SIGTERM during a window")
+            elif self.active is not None and self.active.planned == w["start"] and self._last_of_start(w):
+                meta.timing["stop_s"] = self.stop_start()  # this window's start ends here: its stop lands here
+            meta.timing = {k: v for k, v in meta.timing.items() if v is not None}
             meta.timing["total_s"] = round(time.monotonic() - t0, 2)
             meta.ended = utc()
             rec.write_json(bdir / "block.json", meta.to_dict())
-            if meta.status == "interrupted":
-                self.stop_start("interrupted", "SIGINT/SIGTERM during a window")
-            elif self.active is not None and self.active.planned == w["start"] and self._last_of_start(w):
-                self.stop_start()
             self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s)
         return meta.to_dict()
 

@@ -175,6 +175,11 @@ def test_a_simulated_experiment_file_hot_swapped_end_to_end_to_a_report(tmp_path
     assert [s["block_id"] for s in switches] == planned and planned  # every planned switch happened ...
     assert all(s["confirmed_t"] >= s["t"] for s in switches)  # ... and the counters confirmed it
     assert man["switches"] == [{"start": 0, **s} for s in switches]
+    first, last = man["plan"][0]["block_id"], man["plan"][-1]["block_id"]  # the start's cost: where it was paid
+    assert blocks[first]["timing"]["ready_s"] == starts[0]["ready_s"]
+    assert blocks[last]["timing"]["stop_s"] == starts[0]["stop_s"]
+    assert not any("ready_s" in b["timing"] or "stop_s" in b["timing"] for k, b in blocks.items() if k not in (first,
+                                                                                                         last))
     for bid, b in blocks.items():
         w = next(x for x in man["plan"] if x["block_id"] == bid)
         assert b["status"] == "complete", b
