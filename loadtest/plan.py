@@ -350,6 +350,10 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     d = resolve_design(a, exp, shorthand)
     if d["name"] in SWAPPED:
         why = hot_swap_problem(arms["A"], arms["B"])
+        if why is None and simulate and settings["experiment"] is not None:  # a stand-in swaps only what the real
+            real = ex.load_experiment(ROOT / settings["experiment"])  # arms could (the simulation proves the pipeline)
+            if not real.simulated:
+                why = hot_swap_problem(*arms_of(real).values())
         if why:
             raise SystemExit(f"error: --design {d['name']} needs hot-swappable arms (one server, only the plugin "
                              f"variant differs): {why}")

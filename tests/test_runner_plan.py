@@ -241,6 +241,9 @@ def test_new_run_refuses_what_it_cannot_run_in_one_line(tmp_path):
         (dict(experiment="configs/experiments/release-016-fixed-vs-030.yaml", design="nested", dry_run=True),
          "no plugin"),
         (dict(experiment="configs/experiments/sim/mission-sim.yaml", backend="vllm"), "simulator only"),
+        # a simulated stand-in can swap only what its real arms could
+        (dict(experiment="configs/experiments/release-016-fixed-vs-030.yaml", simulate=True, design="swap"),
+         "no plugin"),
         (dict(experiment="nope.yaml"), "cannot read"),
         (dict(a="original", b="original"), "both 'original'"),
         (dict(sim_config="configs/sim/nope.yaml"), "not found"),
