@@ -14,8 +14,6 @@ from pathlib import Path
 from loadtest import experiment as ex
 from loadtest.server_process import ServerSpec, free_port
 
-BACKENDS = ex.BACKENDS  # "vllm", "sim": what an arm can run on
-
 
 def control_path(start_dir: Path) -> Path:
     return start_dir / ex.CONTROL_FILE

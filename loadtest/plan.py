@@ -120,9 +120,6 @@ def window_seconds(scenario: Scenario, count: bool = True) -> float:
     return sum((s.count_s if count else 0.0) + s.warmup_s + s.measure_s + s.drain_s for s in scenario.steps)
 
 
-block_seconds = window_seconds  # the name of a window's length before windows shared server starts
-
-
 # --- environment -----------------------------------------------------------------------------------------------
 
 
