@@ -10,10 +10,23 @@ PORT ?= 8091
 DEVICE ?= cpu
 A ?= original
 B ?= fixed
-ROUNDS ?= 3
-AA_ROUNDS ?= 1
-SCENARIO ?= configs/scenarios/ab-default.yaml
+ROUNDS ?=
+AA_ROUNDS ?=
+SCENARIO ?=
 SIM_CONFIG ?= configs/sim/default.yaml
+EXPERIMENT ?=
+SIMULATE ?=
+DESIGN ?=
+STARTS ?=
+PAIRS ?=
+SETTLE_S ?=
+SEED ?=
+UNTIL ?=
+MAX_ROUNDS ?=
+MIN_ROUNDS ?=
+PILOT ?=
+PLAN_FROM ?=
+TARGET_HALFWIDTH_PCT ?=
 QUICK ?=
 RESUME ?=
 DRY_RUN ?=
@@ -27,7 +40,10 @@ help:
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
 	@echo "make preflight [BACKEND=vllm|sim] [VARIANT=v[,v]] [EXPERIMENT=file] [PREPARE=1] [DRY_RUN=1]  first on a new host"
-	@echo "make ab        A=original B=fixed BACKEND=sim|vllm ROUNDS=3 SCENARIO=... [RESUME=reports/<run>]"
+	@echo "make ab        A=original B=fixed | EXPERIMENT=configs/experiments/<x>.yaml [SIMULATE=1] [DRY_RUN=1]"
+	@echo "               BACKEND=sim|vllm DESIGN=fresh|swap|nested [STARTS=S PAIRS=W] ROUNDS=3 AA_ROUNDS=1 SEED=..."
+	@echo "               [UNTIL=decided MAX_ROUNDS=N MIN_ROUNDS=M] [PILOT=1 [TARGET_HALFWIDTH_PCT=1]] [PLAN_FROM=reports/<pilot>]"
+	@echo "               SCENARIO=... [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
 	@echo "make bench-sim / bench-load   simulator fidelity / load-generator overhead benchmarks (reports/bench/)"
@@ -84,9 +100,20 @@ soak: $(STAMP)
 faults-table: $(STAMP)
 	$(PY) -m tools.fault_table
 
+# the shorthand (A, B, SIM_CONFIG) or an experiment file (EXPERIMENT: its arms, scenario and design defaults)
+AB_WHAT = $(if $(EXPERIMENT),--experiment $(EXPERIMENT),--a $(A) --b $(B) --sim-config $(SIM_CONFIG))
 ab: $(STAMP)
-	$(PY) -m loadtest.ab --a $(A) --b $(B) --backend $(or $(BACKEND),sim) --rounds $(ROUNDS) --aa-rounds $(AA_ROUNDS) \
-		--scenario $(SCENARIO) --sim-config $(SIM_CONFIG) $(if $(RESUME),--resume $(RESUME),)
+	$(if $(and $(UNTIL),$(filter-out decided,$(UNTIL))),$(error UNTIL=$(UNTIL): the only rule is UNTIL=decided),)
+	$(PY) -m loadtest.ab $(if $(RESUME),--resume $(RESUME),$(AB_WHAT) \
+		$(if $(BACKEND),--backend $(BACKEND),) $(if $(SIMULATE),--simulate,) $(if $(DESIGN),--design $(DESIGN),) \
+		$(if $(STARTS),--starts $(STARTS),) $(if $(PAIRS),--window-pairs $(PAIRS),) \
+		$(if $(SETTLE_S),--settle-s $(SETTLE_S),) $(if $(ROUNDS),--rounds $(ROUNDS),) \
+		$(if $(AA_ROUNDS),--aa-rounds $(AA_ROUNDS),) $(if $(SEED),--seed $(SEED),) \
+		$(if $(UNTIL),--until-decided,) $(if $(MAX_ROUNDS),--max-rounds $(MAX_ROUNDS),) \
+		$(if $(MIN_ROUNDS),--min-rounds $(MIN_ROUNDS),) $(if $(PILOT),--pilot,) \
+		$(if $(TARGET_HALFWIDTH_PCT),--target-halfwidth-pct $(TARGET_HALFWIDTH_PCT),) \
+		$(if $(PLAN_FROM),--plan-from $(PLAN_FROM),) $(if $(SCENARIO),--scenario $(SCENARIO),) \
+		$(if $(DRY_RUN),--dry-run,))
 
 demo: $(STAMP)
 	$(PY) -m loadtest.ab --demo

@@ -1,39 +1,32 @@
-"""The servers an A/B block can start: one backend is one function in a table, from the run's settings and a block
-of the plan to a ServerSpec (command, environment, where the port comes from, how long a stop may take).
+"""The server a start runs: an experiment arm (loadtest.experiment) turned into a ServerSpec for loadtest.server_process.
 
-Starting and stopping the server (loadtest.server_process) and the Locust window (loadtest.runner) know nothing
-about backends, so a new kind of arm (another server build, another image) is one more entry here.
+The arm decides what runs (the simulator, or vllm-omni in Docker through docker/serve.sh); experiment.server_launch
+writes its command. This module only adds what a start of the A/B runner needs around it: the start's folder, the
+port (the simulator binds port 0 and reports it through a file; a container gets a fixed free port) and the control
+file, so the windows inside the start can switch the observer and, for a hot swap, the variant.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from loadtest.server_process import ROOT, ServerSpec, free_port
+from loadtest import experiment as ex
+from loadtest.server_process import ServerSpec, free_port
 
 
-def sim(settings: dict, block: dict, bdir: Path) -> ServerSpec:
-    """The simulator: binds port 0 and reports the port through a file; arm B of A/B rounds gets --b-sim-set too."""
-    port_file = bdir / "port"
-    cmd = [sys.executable, "-m", "ttssim", "--variant", block["variant"], "--host", "127.0.0.1", "--port", "0",
-           "--port-file", str(port_file), "--config", settings["sim_config"]]
-    sets = list(settings.get("sim_set") or [])
-    if block["kind"] == "ab" and block["arm"] == "B":
-        sets += settings.get("b_sim_set") or []
-    for kv in sets:
-        cmd += ["--set", kv]
-    return ServerSpec(cmd=cmd, env=dict(os.environ), port_file=port_file, stop_wait_s=15.0)
+def control_path(start_dir: Path) -> Path:
+    return start_dir / ex.CONTROL_FILE
 
 
-def vllm(settings: dict, block: dict, bdir: Path) -> ServerSpec:
-    """vllm-omni 0.16.0 in Docker (docker/serve.sh): variant and port from the environment, like `make serve`; a
-    fixed free port (the container cannot report one); a stop waits for the container's removal."""
+def server_spec(exp: ex.Experiment, arm: ex.Arm, start_dir: Path, control: bool) -> ServerSpec:
+    """How to start `arm` for one server start in start_dir (control: with starts/<n>/control.json, written first)."""
+    control_dir = str(start_dir) if control else None
+    if arm.backend == "sim":
+        port_file = start_dir / "port"
+        launch = ex.server_launch(exp, arm, 0, port_file=str(port_file), control_dir=control_dir)
+        return ServerSpec(cmd=launch.argv, env={**os.environ, **launch.env}, port_file=port_file,
+                          stop_wait_s=launch.stop_timeout_s)
     port = free_port()
-    env = {**os.environ, "VARIANT": block["variant"], "PORT": str(port), "HOST": "127.0.0.1"}
-    return ServerSpec(cmd=["bash", str(ROOT / "docker" / "serve.sh")], env=env, port=port, stop_wait_s=120.0)
-
-
-BACKENDS: dict[str, Callable[[dict, dict, Path], ServerSpec]] = {"sim": sim, "vllm": vllm}
+    launch = ex.server_launch(exp, arm, port, control_dir=control_dir)
+    return ServerSpec(cmd=launch.argv, env={**os.environ, **launch.env}, port=port, stop_wait_s=launch.stop_timeout_s)

@@ -42,6 +42,7 @@ SUPPORTED_VERSIONS = (PLUGIN_VERSION, *UPSTREAM_VERSIONS)
 BACKENDS = ("vllm", "sim")
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
+CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
 HEALTH_TIMEOUT_S = 1200  # first start of a block: model load + torch.compile + CUDA graphs (image and model are ready)
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+(@sha256:[0-9a-f]{64})?")
@@ -463,7 +464,9 @@ def images(exp: Experiment, model_revision: str | None = None) -> list[Command]:
 def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str | None = None,
                   control_dir: str | None = None, port_file: str | None = None) -> Launch:
     """How to start this arm's server for one block on 127.0.0.1:port. The caller starts argv in its own process
-    group with env added to its environment, waits for health_url, and stops it with SIGTERM + stop_timeout_s."""
+    group with env added to its environment, waits for health_url, and stops it with SIGTERM + stop_timeout_s.
+    control_dir: the folder holding the control file (CONTROL_FILE; the caller writes it first), for arms with the
+    plugin and for the simulator."""
     base = f"http://{HOST}:{port}"
     if arm.backend == "sim":
         sim = arm.sim or SimSpec(arm.variant or DEFAULT_VARIANT)
@@ -472,6 +475,8 @@ def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str |
             argv += ["--config", sim.config]
         for s in sim.set:
             argv += ["--set", s]
+        if control_dir:  # the simulator reads the same control file as the plugin (docs/control.md)
+            argv += ["--control", str(Path(control_dir) / CONTROL_FILE)]
         if port_file:
             argv += ["--port-file", port_file]
         return Launch(arm.name, argv, {}, base + "/health", base, 15.0, simulated=True)
@@ -581,7 +586,10 @@ def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tu
         from loadtest.records import SYNC_TOLERANCE
         from tts_predictor import metrics as pm
 
-        variants = {labels.get("variant") for n, labels, _ in rows if n in (pm.INFO, pm.CALLS) and labels.get("variant")}
+        # the variants that ran calls, and the one the info metric names (a server on a control file names no
+        # variant there: its info says "controlled"; labels a plugin creates at zero ran nothing)
+        variants = {labels.get("variant") for n, labels, v in rows
+                    if (n == pm.CALLS and v > 0 or n == pm.INFO) and labels.get("variant") in VARIANT_NAMES}
         if variants != {ev.sync_signature}:
             return False, (f"the server reports variant(s) {sorted(variants)}, expected {ev.sync_signature}"
                            if variants else "the server exposes no tts_predictor counters (plugin not loaded?)")

@@ -1,38 +1,54 @@
-"""What an A/B run will do, written down before it starts: the block plan, the effective scenario, the environment
-and the manifest (schema tts-ab/1) that records them all.
+"""What an A/B run will do, written down before it starts: the experiment and its arms, the design and its window
+plan (loadtest.design), the effective scenario, the environment and the manifest (schema tts-ab/2) that records them.
 
-The plan is A/A rounds first (the noise floor), then A/B rounds whose arm order is drawn from a recorded seed; one
-block is one fresh server start of one variant. The manifest records no environment variables, so no tokens.
+`make ab A=original B=fixed` is the shorthand for the mission's experiment (loadtest.experiment.mission) with the
+simulator standing in unless BACKEND=vllm; `make ab EXPERIMENT=configs/experiments/x.yaml` runs a file. Every bad
+argument is a one-line SystemExit("error: ...") before anything is written. The manifest records no environment
+variables, so no tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import math
 import os
 import platform
 import random
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
+from loadtest import experiment as ex
+from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_plan: the tests build runs with it)
 from loadtest.records import AB_SCHEMA, write_json
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
-from tts_predictor.domain import VARIANT_NAMES
+from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
-# A "failed" block (infrastructure) runs again on a resume while fewer than this many earlier attempts of it failed:
-# once more, then it stays failed (a server that never starts is not retried forever). "interrupted" always runs again.
+# A window that failed (infrastructure) reruns its whole round at once, in a new attempt, this many times; after that
+# the round keeps its failure (a server that never starts is not retried forever) and the run goes on.
 FAILED_RERUNS_MAX = 1
 RESUME_POLICY = {"never_rerun": list(DONE), "always_rerun": ["interrupted"], "failed_reruns_max": FAILED_RERUNS_MAX,
-                 "how": "block.json counts earlier failed attempts of the block in failed_before (they are kept under "
-                        "attempts/); a failed block with failed_before >= failed_reruns_max is not run again"}
-READY_TIMEOUT_S = {"sim": 120.0, "vllm": 1200.0}  # vllm: image build and weights download on the first block
+                 "how": "a failed window reruns its whole round at once (both windows), at most failed_reruns_max "
+                        "times (block.json attempt); earlier attempts are kept under attempts/. On a resume, design "
+                        "fresh runs each window not done; swap and nested rerun every round not done as a whole "
+                        "(its two windows belong in one server start)"}
+SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
+SHORTHAND_SCENARIO = "configs/scenarios/ab-default.yaml"
+SHORTHAND_SIM_CONFIG = "configs/sim/default.yaml"
+DEFAULT_ROUNDS, DEFAULT_AA_ROUNDS = 3, 1
+DEFAULT_WINDOW_PAIRS = 2  # nested: A/B window pairs per server start
+DEFAULT_MIN_ROUNDS = 2  # sequential: A/B rounds before a look may stop the run (the fewest with an interval)
+DEFAULT_SETTLE_S = 5.0  # swap / nested: extra warm-up after a switch, not measured
+PILOT = {"starts": 2, "window_pairs": 2, "aa_rounds": 0}  # `make ab PILOT=1`: a short nested pilot for --plan
 
 
 def utc() -> str:
@@ -40,27 +56,16 @@ def utc() -> str:
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def make_plan(rounds: int, aa_rounds: int, a: str, b: str, seed: int) -> list[dict]:
-    """A/A rounds first, then A/B rounds; the arm order of every round is drawn from `seed`."""
-    rng = random.Random(seed)
-    plan = []
-    for r in range(aa_rounds + rounds):
-        kind = "aa" if r < aa_rounds else "ab"
-        order = ["A", "B"] if rng.random() < 0.5 else ["B", "A"]
-        for arm in order:
-            variant = a if (kind == "aa" or arm == "A") else b
-            plan.append({"block_id": f"{len(plan):03d}-r{r}-{kind}-{arm}", "round": r, "kind": kind, "arm": arm,
-                         "variant": variant})
-    return plan
+# --- scenarios -------------------------------------------------------------------------------------------------
 
 
 def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | None,
                        sets: list[str] | None = None, last_drain_s: float | None = None) -> Path:
     """Copy the scenario into the run folder, with phase lengths / levels / keys overridden if asked (recorded, hashed)."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     for kv in sets or []:
         key, _, value = kv.partition("=")
         if not key or not _:
@@ -71,16 +76,51 @@ def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | 
     if levels:
         data["steps"] = [{"concurrency": c} for c in levels]
     if last_drain_s is not None and data.get("steps"):
-        data["steps"][-1] = {**data["steps"][-1], "drain_s": last_drain_s}
+        last = data["steps"][-1]
+        data["steps"][-1] = {**(last if isinstance(last, dict) else {"concurrency": last}), "drain_s": last_drain_s}
     out.write_text(f"# effective scenario of this run, from {path}\n" + yaml.safe_dump(data, sort_keys=False),
                    encoding="utf-8")
     load_scenario(str(out))  # validate now: a bad override fails before any server starts
     return out
 
 
-def block_seconds(scenario: Scenario) -> float:
-    """Length of one block's load: every step's warm-up, measure and drain."""
-    return sum(s.warmup_s + s.measure_s + s.drain_s for s in scenario.steps)
+def window_scenario(run_scenario: Scenario, order: list[int], out: Path, *, count: bool, settle_s: float = 0.0,
+                    block_id: str = "") -> Path:
+    """The scenario of one window: the run's steps in the window's order (indices into the run's steps).
+
+    A level keeps its own count, warm-up and measure lengths; the drain belongs to the POSITION (the drain of the run's
+    i-th step goes to the window's i-th step), so the last level of every window has the run's last drain, whatever
+    level that is (requests still running when Locust stops are never recorded). settle_s lengthens the first
+    warm-up (after a hot-swap switch). count False: no count phase (an arm without the plugin has no control file)."""
+    steps = run_scenario.steps
+    doc_steps = []
+    for pos, idx in enumerate(order):
+        s = steps[idx]
+        d = {"concurrency": s.concurrency, "warmup_s": s.warmup_s + (settle_s if pos == 0 else 0.0),
+             "measure_s": s.measure_s, "drain_s": steps[pos].drain_s}
+        if run_scenario.loop == "open":
+            d.update(rate=s.rate, users=s.users)
+        doc_steps.append(d)
+    count_s = steps[0].count_s if count else 0.0
+    doc = {"schema": "tts-scenario/1", "name": run_scenario.name, "mode": run_scenario.mode,
+           "loop": run_scenario.loop, "seed": run_scenario.seed, "prompts": run_scenario.prompts,
+           "voice": run_scenario.voice, "mix": run_scenario.mix, "timeout_s": run_scenario.timeout_s,
+           "spawn_rate": run_scenario.spawn_rate, "language": run_scenario.language,
+           "phases": {"count_s": count_s}, "steps": doc_steps}
+    head = (f"# window {block_id}: the run's scenario with the levels in this window's seeded order, the drain by "
+            f"position{f', {settle_s:g} s settle after a switch' if settle_s else ''}"
+            f"{'' if count else ', no count phase (no control file)'}\n")
+    out.write_text(head + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    load_scenario(str(out))
+    return out
+
+
+def window_seconds(scenario: Scenario, count: bool = True) -> float:
+    """Length of one window's load: every level's count, warm-up, measure and drain."""
+    return sum((s.count_s if count else 0.0) + s.warmup_s + s.measure_s + s.drain_s for s in scenario.steps)
+
+
+# --- environment -----------------------------------------------------------------------------------------------
 
 
 def _run_quiet(cmd: list[str], timeout: float = 5.0) -> str | None:
@@ -95,80 +135,312 @@ def git_revision() -> str | None:
     return _run_quiet(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
 
 
-def environment(backend: str, variants: tuple[str, ...] = ()) -> dict:
+def environment(images: list[str]) -> dict:
     """What the manifest records about the machine and the code: no environment variables, so no tokens."""
     gpu = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     rev = git_revision()
     dirty = _run_quiet(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
     info = {"git_revision": rev, "git_dirty": bool(dirty), "python": platform.python_version(),
             "platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu.splitlines() if gpu else None}
-    if backend == "sim":
-        try:
-            from importlib.metadata import version
-
-            info["backend_version"] = f"ttssim (tts-loadtest {version('tts-loadtest')})"
-        except Exception:
-            info["backend_version"] = "ttssim"
-    else:
-        # docker/serve.sh builds one image per variant (IMAGE, default tts-vllm-omni:0.16.0-<variant>) on vllm-omni
-        images = {v: os.environ.get("IMAGE", f"tts-vllm-omni:0.16.0-{v}") for v in variants}
-        ids = {v: _run_quiet(["docker", "image", "inspect", "--format", "{{.Id}}", img]) for v, img in images.items()}
-        info["backend_version"] = "vllm-omni 0.16.0 (docker/serve.sh)"
-        info["image_digest"] = {v: {"image": images[v], "id": ids[v]} for v in variants}
+    if images:
+        info["image_digest"] = {img: _run_quiet(["docker", "image", "inspect", "--format", "{{.Id}}", img])
+                                for img in images}
     return info
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"ttssim (tts-loadtest {version('tts-loadtest')})"
+    except Exception:
+        return "ttssim"
+
+
+# --- the experiment of a run -----------------------------------------------------------------------------------
+
+
+def arms_of(exp: ex.Experiment) -> dict[str, ex.Arm]:
+    """The experiment's first two arms as the comparison's A (baseline) and B."""
+    arms = list(exp.arms.values())
+    return {"A": arms[0], "B": arms[1]}
+
+
+def experiment_for(s: dict) -> ex.Experiment:
+    """The experiment a run's settings describe (new runs and resumes): a file or the mission shorthand, simulated if
+    asked, with the simulator overrides of the command line. Raises ExperimentError (one line)."""
+    if s.get("experiment"):
+        exp = ex.load_experiment(ROOT / s["experiment"] if not Path(s["experiment"]).is_absolute() else s["experiment"])
+        if len(exp.arms) != 2:
+            raise ex.ExperimentError(f"{exp.path}: arms: the A/B runner compares two arms, this file has "
+                                     f"{len(exp.arms)}")
+    else:
+        a, b = s["a"], s["b"]
+        known_answer = a == b and bool(s.get("b_sim_set"))  # same variant, B slowed by --b-sim-set (calibration)
+        if a not in VARIANT_NAMES or b not in VARIANT_NAMES:
+            bad = a if a not in VARIANT_NAMES else b
+            raise ex.ExperimentError(f"unknown variant {bad!r} (known: {', '.join(sorted(VARIANT_NAMES))})")
+        other = next(v for v in VARIANT_NAMES if v != a)
+        exp = ex.mission(a, other if known_answer else b)
+        if known_answer:
+            arm_b = exp.arms["B"]
+            exp = replace(exp, arms={**exp.arms, "B": replace(
+                arm_b, label=f"{a} ({', '.join(s['b_sim_set'])})", variant=a,
+                evidence=replace(arm_b.evidence, sync_signature=a),
+                sim=replace(arm_b.sim, variant=a) if arm_b.sim else None)})
+    if s.get("simulate") and not exp.simulated:
+        exp = ex.simulated(exp)
+    arms = {}
+    for side, (name, arm) in zip("AB", exp.arms.items(), strict=True):
+        if arm.backend == "sim" and arm.sim is not None:
+            sets = (*arm.sim.set, *(s.get("sim_set") or []), *((s.get("b_sim_set") or []) if side == "B" else []))
+            arm = replace(arm, sim=replace(arm.sim, config=s.get("sim_config") or arm.sim.config, set=tuple(sets)))
+        arms[name] = arm
+    return replace(exp, arms=arms)
+
+
+def has_control(arm: ex.Arm) -> bool:
+    """A server with a control file: the simulator and vllm-omni 0.16.0 with our plugin (it has a variant)."""
+    return arm.variant is not None and (arm.backend == "sim" or arm.vllm_omni == ex.PLUGIN_VERSION)
+
+
+def hot_swap_problem(a: ex.Arm, b: ex.Arm) -> str | None:
+    """None when one server can run both arms (the same server spec, only the plugin variant differs); else why not."""
+    if not (has_control(a) and has_control(b)):
+        return "an arm has no plugin, so nothing can switch it (vllm-omni >= 0.30 arms need DESIGN=fresh)"
+    if a.backend != b.backend:
+        return f"the arms run on different backends ({a.backend}, {b.backend})"
+    if a.backend == "sim":
+        for what in ("config", "set"):
+            if getattr(a.sim, what) != getattr(b.sim, what):
+                return f"the simulator's {what} differs ({getattr(a.sim, what)!r} vs {getattr(b.sim, what)!r})"
+        return None
+    for what in ("vllm_omni", "base_image", "stages", "deploy", "server_args", "env"):
+        if getattr(a, what) != getattr(b, what):
+            return f"{what} differs ({getattr(a, what)!r} vs {getattr(b, what)!r})"
+    return None
+
+
+def ready_timeout(exp: ex.Experiment) -> float:
+    """Seconds from launch to /health: the simulator's own start plus its modelled start-up; vllm: weights, compile
+    and CUDA graphs (images and model are prepared before, outside this)."""
+    if any(a.backend == "vllm" for a in exp.arms.values()):
+        return float(ex.HEALTH_TIMEOUT_S)
+    from ttssim.config import load_config  # plain YAML; imported here so `import loadtest.ab` stays light
+
+    startup = 0.0
+    for arm in exp.arms.values():
+        try:
+            cfg = load_config(ROOT / arm.sim.config if arm.sim and arm.sim.config else None,
+                              list(arm.sim.set) if arm.sim else [])
+            startup = max(startup, cfg.model.startup_s + cfg.faults.slow_readiness_s)
+        except (ValueError, OSError):  # a bad override: the start itself fails and says so
+            pass
+    return SIM_READY_S + startup
+
+
+def read_plan_file(folder: str) -> dict:
+    """S and W from a pilot's plan.json (`python -m ttsreport <pilot> --plan`); SystemExit with one line if unusable."""
+    path = Path(folder) / "plan.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise SystemExit(f"error: --plan-from {folder}: no plan.json there (run `python -m ttsreport {folder} --plan` "
+                         "on a pilot run first)") from None
+    except ValueError as e:
+        raise SystemExit(f"error: {path}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("tts-plan/"):
+        raise SystemExit(f"error: {path}: not a plan file (schema {doc.get('schema') if isinstance(doc, dict) else doc!r})")
+    for k in ("starts", "windows_per_start"):
+        if isinstance(doc.get(k), bool) or not isinstance(doc.get(k), int) or doc[k] < 1:
+            raise SystemExit(f"error: {path}: {k} must be an integer >= 1, got {doc.get(k)!r}")
+    return {"path": str(path), "sha256": sha256(path), "starts": doc["starts"],
+            "windows_per_start": doc["windows_per_start"], "halfwidth_pct": doc.get("halfwidth_pct"),
+            "cost_s": doc.get("cost_s")}
+
+
+def resolve_design(a: argparse.Namespace, exp: ex.Experiment, shorthand: bool) -> dict:
+    """Design name, rounds, A/A rounds, seed, S x W and the sequential settings from the command line and the
+    experiment file (the command line wins); SystemExit with one line when they contradict each other."""
+    design = a.design or "fresh"
+    rounds = a.rounds if a.rounds is not None else (DEFAULT_ROUNDS if shorthand else exp.rounds)
+    aa_rounds = a.aa_rounds if a.aa_rounds is not None else (DEFAULT_AA_ROUNDS if shorthand else exp.aa_rounds)
+    seed = a.seed if a.seed is not None else (random.SystemRandom().randrange(2**31) if shorthand else exp.seed)
+    starts, pairs, plan_from = a.starts, a.window_pairs, None
+    if a.pilot:
+        if a.until_decided or a.plan_from or (a.design not in (None, "nested")):
+            raise SystemExit("error: --pilot runs its own short nested design; drop --design/--until-decided/--plan-from")
+        design, starts, pairs, aa_rounds = "nested", PILOT["starts"], PILOT["window_pairs"], PILOT["aa_rounds"]
+        rounds = starts * pairs
+    elif a.plan_from:
+        if a.design not in (None, "nested"):
+            raise SystemExit("error: --plan-from gives a nested design (S starts x W pairs); drop --design")
+        plan_from = read_plan_file(a.plan_from)
+        design, starts, pairs = "nested", plan_from["starts"], plan_from["windows_per_start"]
+        rounds = starts * pairs
+    if rounds < 1 or aa_rounds < 0:
+        raise SystemExit("error: --rounds must be >= 1 and --aa-rounds >= 0")
+    for name, v in (("--starts", starts), ("--window-pairs", pairs)):
+        if v is not None and v < 1:
+            raise SystemExit(f"error: {name} must be >= 1, got {v}")
+    if (starts is not None or pairs is not None) and design != "nested":
+        raise SystemExit("error: --starts and --window-pairs belong to --design nested")
+    sequential = None
+    if a.until_decided:
+        max_rounds = a.max_rounds if a.max_rounds is not None else rounds
+        min_rounds = a.min_rounds if a.min_rounds is not None else min(DEFAULT_MIN_ROUNDS, max_rounds)
+        if max_rounds < 1 or not 1 <= min_rounds <= max_rounds:
+            raise SystemExit(f"error: want 1 <= --min-rounds <= --max-rounds, got {min_rounds} and {max_rounds}")
+        sequential = {"until": "decided", "max_rounds": max_rounds, "min_rounds": min_rounds,
+                      "look": "python -m ttsreport <run> --look after each round; stop when looks.jsonl's last line "
+                              "says stop (honoured once min_rounds A/B rounds and every A/A round ran)"}
+        rounds = max_rounds
+    elif a.max_rounds is not None or a.min_rounds is not None:
+        raise SystemExit("error: --max-rounds/--min-rounds belong to --until-decided")
+    if design == "nested":
+        if starts is not None and pairs is not None and not sequential:
+            if a.rounds is not None and not (a.pilot or a.plan_from) and a.rounds != starts * pairs:
+                raise SystemExit(f"error: --rounds {a.rounds} contradicts --starts {starts} x --window-pairs {pairs}")
+            rounds = starts * pairs
+        elif starts is not None and pairs is None:
+            pairs = math.ceil(rounds / starts)
+        elif pairs is None:
+            pairs = DEFAULT_WINDOW_PAIRS
+        starts = math.ceil(rounds / pairs)
+    settle = a.settle_s if a.settle_s is not None else (DEFAULT_SETTLE_S if design in SWAPPED else 0.0)
+    if settle < 0 or not math.isfinite(settle):
+        raise SystemExit(f"error: --settle-s must be >= 0, got {settle:g}")
+    return {"name": design, "rounds": rounds, "aa_rounds": aa_rounds, "seed": seed, "starts": starts,
+            "window_pairs": pairs, "settle_s": settle if design in SWAPPED else 0.0, "sequential": sequential,
+            "pilot": bool(a.pilot), "plan_from": plan_from,
+            "target_halfwidth_pct": getattr(a, "target_halfwidth_pct", None)}
 
 
 def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     """Check the arguments, create reports/<run>/ with its effective scenario and manifest; SystemExit("error: ...")
     before anything is written when an argument is bad."""
-    for v in (a.a, a.b):
-        if v not in VARIANT_NAMES:
-            raise SystemExit(f"error: unknown variant {v!r} (known: {', '.join(sorted(VARIANT_NAMES))})")
-    if a.rounds < 1 or a.aa_rounds < 0:
-        raise SystemExit("error: --rounds must be >= 1 and --aa-rounds >= 0")
+    shorthand = not a.experiment
+    if not shorthand and (a.a is not None or a.b is not None):
+        raise SystemExit("error: --a/--b are the mission shorthand; an experiment file names its own arms")
+    if a.backend not in (None, "sim", "vllm"):
+        raise SystemExit(f"error: --backend must be sim or vllm, got {a.backend!r}")
+    simulate = bool(a.simulate) or a.backend == "sim" or (shorthand and a.backend is None)
+    settings = {"experiment": a.experiment, "a": a.a or DEFAULT_VARIANT, "b": a.b or "fixed", "simulate": simulate,
+                "sim_config": a.sim_config or (SHORTHAND_SIM_CONFIG if shorthand else None),
+                "sim_set": list(a.sim_set or []), "b_sim_set": list(a.b_sim_set or [])}
+    if settings["sim_config"] and not (ROOT / settings["sim_config"]).is_file():
+        raise SystemExit(f"error: simulator config {settings['sim_config']} not found")
+    try:
+        exp = experiment_for(settings)
+    except ex.ExperimentError as e:
+        raise SystemExit(f"error: {e}") from None
+    if a.backend == "vllm" and exp.simulated:
+        raise SystemExit(f"error: --backend vllm: {exp.path} runs on the simulator only (every arm is a sim arm)")
+    arms = arms_of(exp)
+    if any(x.backend == "vllm" for x in arms.values()):
+        if not (ROOT / ex.SERVE_SH).is_file():
+            raise SystemExit("error: BACKEND=vllm needs docker/serve.sh")
+        if shutil.which("docker") is None and not getattr(a, "dry_run", False):
+            raise SystemExit("error: BACKEND=vllm needs Docker (not found); use BACKEND=sim")
     if a.request_timeout is not None and not (a.request_timeout > 0 and a.request_timeout != float("inf")):
         raise SystemExit(f"error: --request-timeout must be a positive number of seconds, got {a.request_timeout:g}")
-    scen = Path(a.scenario)
-    if a.backend == "sim" and not Path(a.sim_config).is_file():
-        raise SystemExit(f"error: simulator config {a.sim_config} not found")
-    if a.backend == "vllm" and not (ROOT / "docker" / "serve.sh").is_file():
-        raise SystemExit("error: BACKEND=vllm needs docker/serve.sh")
-    if a.backend == "vllm" and shutil.which("docker") is None:
-        raise SystemExit("error: BACKEND=vllm needs Docker (not found); use BACKEND=sim")
+    d = resolve_design(a, exp, shorthand)
+    if d["name"] in SWAPPED:
+        why = hot_swap_problem(arms["A"], arms["B"])
+        if why is None and simulate and settings["experiment"] is not None:  # a stand-in swaps only what the real
+            real = ex.load_experiment(ROOT / settings["experiment"])  # arms could (the simulation proves the pipeline)
+            if not real.simulated:
+                why = hot_swap_problem(*arms_of(real).values())
+        if why:
+            raise SystemExit(f"error: --design {d['name']} needs hot-swappable arms (one server, only the plugin "
+                             f"variant differs): {why}")
     try:
         levels = [int(x) for x in a.levels.split(",")] if a.levels else None
     except ValueError:
         raise SystemExit(f"error: --levels wants comma-separated integers, got {a.levels!r}") from None
-    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
+    scen = Path(a.scenario or (SHORTHAND_SCENARIO if shorthand else exp.scenario))
     name = a.name or f"ab-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     run = Path(a.out) / name
     if run.exists():
         raise SystemExit(f"error: {run} exists (use --resume {run} to continue it)")
     run.mkdir(parents=True)
-    phases = {k: v for k, v in (("warmup_s", a.warmup_s), ("measure_s", a.measure_s), ("drain_s", a.drain_s))
-              if v is not None}
+    phases = {k: v for k, v in (("warmup_s", a.warmup_s), ("measure_s", a.measure_s), ("drain_s", a.drain_s),
+                                ("count_s", a.count_s)) if v is not None}
     try:
         effective_scenario(scen, run / "scenario.yaml", phases, levels, a.scenario_set, a.last_drain_s)
+        sc = load_scenario(str(run / "scenario.yaml"))
+        if d["name"] in SWAPPED and sc.steps[0].count_s <= 0:
+            raise ValueError(f"--design {d['name']} switches arms at the count phase: set phases.count_s > 0 "
+                             "(or --count-s)")
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
         shutil.rmtree(run)
-        raise SystemExit(f"error: scenario {scen}: {e}") from None
-    settings = {"a": a.a, "b": a.b, "backend": a.backend, "rounds": a.rounds, "aa_rounds": a.aa_rounds,
-                "scenario": str(scen), "sim_config": a.sim_config, "sim_set": a.sim_set, "b_sim_set": a.b_sim_set,
-                "phase_overrides": phases, "levels_override": levels, "scenario_set": a.scenario_set,
-                "last_drain_s": a.last_drain_s, "ready_timeout_s": a.ready_timeout or READY_TIMEOUT_S[a.backend],
-                "request_timeout_s": a.request_timeout, "micro": a.micro}
+        raise SystemExit(f"error: scenario {scen}: {str(e).splitlines()[0]}") from None
+    seq = d["sequential"]
+    plan = make_plan(d["rounds"], d["aa_rounds"], arms["A"].variant, arms["B"].variant, d["seed"], design=d["name"],
+                     window_pairs=d["window_pairs"], levels=[s.concurrency for s in sc.steps],
+                     aa_within=(d["aa_rounds"] + seq["min_rounds"]) if seq else None)
+    order = {s.concurrency: i for i, s in enumerate(sc.steps)}
+    if len(order) == len(sc.steps):
+        for w in plan:
+            w["order"] = [order[c] for c in w["levels"]]
+    else:  # repeated concurrencies (an open-loop rate sweep): the scenario's own order, every window
+        for w in plan:
+            w["levels"], w["order"] = [s.concurrency for s in sc.steps], list(range(len(sc.steps)))
+    d["starts"] = len(starts_of(plan))
+    d["aa_positions"] = sorted({w["round"] for w in plan if w["kind"] == "aa"})
+    d["level_order"] = "seeded per window" if len(order) == len(sc.steps) else "fixed (repeated concurrencies)"
+    d["hot_swap"] = d["name"] in SWAPPED
+    settings.update(
+        backend="sim" if exp.simulated else "vllm", design=d["name"], rounds=d["rounds"], aa_rounds=d["aa_rounds"],
+        scenario=str(scen), phase_overrides=phases, levels_override=levels, scenario_set=a.scenario_set,
+        last_drain_s=a.last_drain_s, ready_timeout_s=a.ready_timeout or ready_timeout(exp),
+        request_timeout_s=a.request_timeout, micro=a.micro,
+        target_halfwidth_pct=getattr(a, "target_halfwidth_pct", None))
+    images = sorted({x.image for x in arms.values() if x.backend == "vllm"})
+    exp_file = Path(exp.path)
     manifest = {
         "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(), "ended": None, "status": "planned",
-        "variants": {"A": a.a, "B": a.b}, "backend": {"name": a.backend, "simulated": a.backend == "sim"},
-        "seeds": {"order": seed, "scenario": load_scenario(str(run / "scenario.yaml")).seed},
+        "experiment": {"path": None if shorthand else a.experiment, "name": exp.name, "idea": exp.idea,
+                       "sha256": sha256(exp_file) if exp_file.is_file() else None, "shorthand": shorthand,
+                       "primary_metric": exp.primary_metric, "simulated": exp.simulated,
+                       "confounded": exp.confounded},
+        "arms": {side: ex.arm_manifest(arm) for side, arm in arms.items()},
+        "variants": {side: arm.variant for side, arm in arms.items()},
+        "labels": {side: arm.label for side, arm in arms.items()},
+        "confounded": exp.confounded,
+        "backend": {"name": settings["backend"], "simulated": exp.simulated,
+                    "version": _package_version() if exp.simulated else
+                    ", ".join(sorted({f"vllm-omni {x.vllm_omni}" for x in arms.values()})) + " (docker/serve.sh)"},
+        "design": d, "seeds": {"order": d["seed"], "scenario": sc.seed, "levels": d["seed"]},
         "scenario": {"path": str(scen), "sha256": sha256(scen), "effective_sha256": sha256(run / "scenario.yaml")},
-        "sim_config": ({"path": a.sim_config, "sha256": sha256(Path(a.sim_config))} if a.backend == "sim" else None),
-        "settings": settings, "plan": make_plan(a.rounds, a.aa_rounds, a.a, a.b, seed), "resume_policy": RESUME_POLICY,
+        "sim_config": ({"path": settings["sim_config"], "sha256": sha256(ROOT / settings["sim_config"])}
+                       if settings["sim_config"] and exp.simulated else None),
+        "settings": settings, "plan": plan, "starts": starts_of(plan), "switches": [],
+        "resume_policy": RESUME_POLICY,
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],
     }
-    env = environment(a.backend, (a.a, a.b))
-    manifest["backend"].update(version=env.pop("backend_version"), image_digest=env.pop("image_digest", None))
+    env = environment(images)
+    manifest["backend"]["image_digest"] = env.pop("image_digest", None)
     manifest["git_revision"] = env.pop("git_revision")
     manifest["host"] = env
     write_json(run / "manifest.json", manifest)
     return run, manifest
+
+
+def describe(manifest: dict) -> str:
+    """The plan in a few lines (the console, --dry-run)."""
+    d, plan = manifest["design"], manifest["plan"]
+    starts = manifest.get("starts") or starts_of(plan)
+    lines = [f"design {d['name']}: {d['aa_rounds']} A/A + {d['rounds']} A/B rounds "
+             f"({len(plan)} windows in {len(starts)} server start{'s' if len(starts) != 1 else ''}"
+             + (f", {d['window_pairs']} pairs per start" if d["name"] == "nested" else "")
+             + (f", settle {d['settle_s']:g} s after a switch" if d["name"] in SWAPPED else "") + f"), seed {d['seed']}"]
+    if d.get("sequential"):
+        s = d["sequential"]
+        lines.append(f"sequential: until decided, {s['min_rounds']}..{s['max_rounds']} A/B rounds")
+    for st in starts:
+        ws = [w for w in plan if w["start"] == st["start"]]
+        lines.append(f"  start {st['start']} ({st['spec']}): " + " ".join(
+            f"r{w['round']}{w['kind'].upper()}:{w['arm']}{'*' if w.get('switch') else ''}" for w in ws))
+    return "\n".join(lines)
+

@@ -1,36 +1,71 @@
-"""Block supervision of an A/B run: for each block of the plan not done yet, start a fresh server, run the scenario
-through Locust headless into blocks/<id>/, judge the block, stop the server.
+"""The A/B run itself: server starts, the windows inside them, reruns, sequential looks, resume and interruption.
 
-A block's record (block.json) is written "interrupted" before it starts and replaced when it ends, so a killed runner
-leaves a folder that says the truth. Statuses: "complete"; "invalid" (the load ran but its data cannot be used:
-measure-phase requests failed, none was recorded, or the manipulation check failed; the reason says which); "failed"
+For every round of the plan not done yet, each window runs in its planned server start (a start is launched when
+the first window that needs it comes, with its control file written first, and stopped after its last window):
+its own scenario (levels in its order, count phases where the server has a control file), Locust headless into
+blocks/<id>/, telemetry beside it, then the verdict (loadtest.records), the arm's evidence check on the start's
+server.log and the window's last snapshot, and, for a hot swap, the switch confirmed from the counters.
+
+Statuses: "complete"; "invalid" (the load ran but its data cannot be used: nothing measured or nothing succeeded,
+the manipulation check, an unconfirmed switch or the arm's evidence failed; the reason says which); "failed"
 (infrastructure: the server did not start or died, Locust crashed or hung); "interrupted" (the runner was stopped).
-Locust runs with --exit-code-on-error 0, so a failed request is judged from requests.jsonl, never from its exit code.
+A failed window reruns its whole round at once in a new attempt (the failed attempt kept under attempts/).
+Locust runs with --exit-code-on-error 0, so failed requests are judged from requests.jsonl: they are data.
+A window's timing: load_s (its Locust run), settle_s, total_s (its wall time), and ready_s / stop_s of a server
+start it launched / ended (so in design fresh, as before, each window carries its start's cost; start.json has them
+too). A block.json / start.json is written "interrupted" before its work starts and replaced when it ends, so a killed
+runner leaves a folder that says the truth.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from loadtest import experiment as ex
 from loadtest import records as rec
-from loadtest.backends import BACKENDS
-from loadtest.plan import DONE, FAILED_RERUNS_MAX, RESUME_POLICY, ROOT, block_seconds, utc
+from loadtest.backends import control_path, server_spec
+from loadtest.design import SWAPPED, rounds_of, starts_of
+from loadtest.plan import (
+    DONE,
+    FAILED_RERUNS_MAX,
+    RESUME_POLICY,
+    ROOT,
+    arms_of,
+    experiment_for,
+    has_control,
+    utc,
+    window_scenario,
+    window_seconds,
+)
 from loadtest.scenario import load_scenario
-from loadtest.server_process import ServerProcess, stop_group
+from loadtest.scraper import rows_of, sample_key
+from loadtest.server_process import ServerError, ServerProcess, stop_group
+from loadtest.shape import epochs_per_window
+from loadtest.telemetry import Nvml, Telemetry
+from loadtest.telemetry import describe as describe_telemetry
+from tts_predictor import metrics as pm
+from tts_predictor.control import write_control
 
-LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a block counts as hung
+LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a window counts as hung
 LOCUST_STOP_S = 20.0  # Locust flushes its files on SIGINT
+LOOK_TIMEOUT_S = 600.0
 
 
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived: stop the current block cleanly, keep everything written so far."""
+    """SIGINT/SIGTERM arrived: stop the current window cleanly, keep everything written so far."""
+
+
+class PreparationFailed(RuntimeError):
+    """An image or the model could not be prepared before the first start: nothing can run."""
 
 
 def previous_failures(meta_path: Path) -> int:
@@ -57,25 +92,105 @@ def locust_exceptions(bdir: Path) -> str | None:
     return f"Locust users raised {n} exception(s), e.g. {first} (see locust_exceptions.csv)"
 
 
-def judge(variant: str, bdir: Path) -> tuple[dict, str | None]:
-    """A finished block's request outcomes and, if it is invalid, why (loadtest.records decides)."""
+def judge(variant: str | None, bdir: Path) -> tuple[dict, str | None]:
+    """A finished window's request outcomes and, if it is invalid, why (loadtest.records decides)."""
     requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
     counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
     outcomes = rec.request_outcomes(requests)
     return outcomes, rec.load_verdict(variant, outcomes, counters)
 
 
+def last_snapshot_rows(counters: list[dict]) -> list:
+    """The (name, labels, value) rows of the window's last good snapshot (the arm's evidence check reads them)."""
+    snaps = [c for c in counters if c.get("kind") == "snapshot" and c.get("ok")]
+    return rows_of(max(snaps, key=lambda c: c["t"])["samples"]) if snaps else []
+
+
+def switch_record(counters: list[dict], block_id: str) -> dict | None:
+    """The window's hot-swap switch: its first control write (t, variant, epoch) and confirmed_t, the time of the
+    first snapshot after it in which the server shows that epoch with that variant active (None: never shown)."""
+    writes = [c for c in counters if c.get("kind") == "control"]
+    if not writes:
+        return None
+    w = min(writes, key=lambda c: c["t"])
+    active = sample_key(pm.ACTIVE_VARIANT, {"variant": w["variant"]})
+    shown = [c["t"] for c in counters if c.get("kind") == "snapshot" and c.get("ok") and c["t"] >= w["t"]
+             and (c["samples"].get(pm.CONTROL_EPOCH) or -1) >= w["epoch"] and c["samples"].get(active) == 1]
+    return {"t": w["t"], "variant": w["variant"], "epoch": w["epoch"], "confirmed_t": min(shown) if shown else None,
+            "block_id": block_id}
+
+
+def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
+    """Requests whose run overlapped a switch (from its write to its confirmation): all, and in a measure phase. Each
+    window is its own Locust run and switches at its first count phase, so a measured request never should."""
+    def overlaps(r: dict) -> bool:
+        end = r["t_start"] + (r.get("e2e_s") or 0.0)
+        return any(r["t_start"] < (s.get("confirmed_t") or s["t"]) and end > s["t"] for s in switches)
+
+    hits = [r for r in requests if overlaps(r)]
+    return {"total": len(hits), "measure": sum(r.get("phase") == "measure" for r in hits)}
+
+
+def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, epoch: int | None,
+               request_timeout_s: float | None) -> list[str]:
+    """Locust headless over the window's own scenario; failed requests never set its exit code (they are data)."""
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
+           "--host", url, "--scenario", str(bdir / "scenario.yaml"), "--run-dir", str(bdir),
+           "--metrics-url", url + "/metrics", "--csv", str(bdir / "locust"),
+           "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0"]
+    if variant:
+        cmd += ["--variant", variant]
+    if control is not None:
+        cmd += ["--control", str(control), "--control-epoch", str(epoch or 0)]
+    if request_timeout_s:
+        cmd += ["--request-timeout", f"{request_timeout_s:g}"]
+    return cmd
+
+
+def look_command(run: Path) -> list[str]:
+    """The sequential rule after a round: the statistics, as a process (the load side never imports them)."""
+    return [sys.executable, "-m", "ttsreport", str(run), "--look"]
+
+
+def last_look(run: Path) -> dict | None:
+    """The last line of looks.jsonl (schema tts-look/1), None when there is none."""
+    rows, _ = rec.read_jsonl(run / "looks.jsonl", rec.LOOK_SCHEMA)
+    return rows[-1] if rows else None
+
+
+@dataclass
+class Start:
+    """The server start in use: its record, folder, process, control file and where its epochs stand."""
+
+    planned: int
+    record: rec.StartRecord
+    dir: Path
+    server: ServerProcess
+    url: str
+    control: Path | None
+    variant: str | None  # what the control file names now
+    next_epoch: int = 1
+
+    def save(self) -> None:
+        rec.write_json(self.dir / "start.json", self.record.to_dict())
+
+
 class Runner:
-    def __init__(self, run_dir: Path, manifest: dict, progress=print):
+    def __init__(self, run_dir: Path, manifest: dict, progress=print, exp: ex.Experiment | None = None):
         self.run = run_dir
         self.m = manifest
         self.s = manifest["settings"]
+        self.design = manifest["design"]
+        self.exp = exp or experiment_for(self.s)
+        self.arms = arms_of(self.exp)
         self.stop = False
         self.procs: list[subprocess.Popen] = []
         self.progress = progress
         self.scenario = load_scenario(str(run_dir / "scenario.yaml"))
-        self.block_s = block_seconds(self.scenario)
-        self.overhead_s = 10.0  # server start + Locust start + shutdown; refined as blocks finish
+        self.window_s = window_seconds(self.scenario)
+        self.overhead_s = 10.0  # Locust start + shutdown (+ a server start); refined as windows finish
+        self.active: Start | None = None
+        self.nvml: Nvml | None | bool = None  # opened once per run (False: NVML did not initialise)
 
     # --- signals ------------------------------------------------------------------------------------------
 
@@ -96,67 +211,230 @@ class Runner:
                 raise Interrupted
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
-    # --- one block ------------------------------------------------------------------------------------------
+    def _save(self) -> None:
+        rec.write_json(self.run / "manifest.json", self.m)
 
-    def _fresh_folder(self, b: dict) -> Path:
-        """blocks/<id>/, with an earlier attempt (interrupted or failed) moved aside: records are never mixed."""
-        bdir = self.run / "blocks" / b["block_id"]
+    # --- preparation (images, model): before the first start, outside every ready timeout ---------------------
+
+    def prepare(self) -> None:
+        cmds = ex.images(self.exp)
+        if not cmds or (self.m.get("preparation") or {}).get("ok"):
+            return
+        steps = []
+        with open(self.run / "prepare.log", "ab") as log:
+            for c in cmds:
+                print(f"preparing (before the first start, untimed): {c.what}", flush=True)
+                t0 = time.monotonic()
+                proc = subprocess.Popen(c.argv, cwd=ROOT, env={**os.environ, **c.env}, stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                self.procs.append(proc)
+                while proc.poll() is None:
+                    if self.stop:
+                        stop_group(proc)
+                        raise Interrupted
+                    time.sleep(0.5)
+                steps.append({"what": c.what, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)})
+                self.m["preparation"] = {"ok": False, "steps": steps}
+                self._save()
+                if proc.returncode != 0:
+                    raise PreparationFailed(f"{c.what} failed (exit {proc.returncode}; see prepare.log)")
+        self.m["preparation"] = {"ok": True, "steps": steps}
+        self._save()
+
+    # --- server starts --------------------------------------------------------------------------------------
+
+    def _next_start_id(self) -> int:
+        folder = self.run / "starts"
+        ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+        return max(ids, default=-1) + 1
+
+    def _start_arm(self, w: dict) -> str:
+        """The arm whose server a window's start runs: arm A's for a start shared by both arms (hot swap)."""
+        return "A" if self.design["name"] in SWAPPED else w["spec"]
+
+    def ensure_start(self, w: dict, meta: rec.BlockRecord) -> Start:
+        """The window's planned server start, running: the one in use, or a new one (the old one stopped first)."""
+        a = self.active
+        if a is not None and a.planned == w["start"] and a.server.alive():
+            return a
+        meta.timing["ready_s"] = None  # this window launches a start: its cost lands here (as in design fresh)
+        if a is not None:
+            self.stop_start()
+        n = self._next_start_id()
+        meta.start = n
+        sdir = self.run / "starts" / f"{n:03d}"
+        sdir.mkdir(parents=True)
+        side = self._start_arm(w)
+        arm = self.arms[side]
+        control = control_path(sdir) if has_control(arm) else None
+        record = rec.StartRecord(start=n, arm=side, started=utc(), reason="start in progress (runner stopped)")
+        rec.write_json(sdir / "start.json", record.to_dict())
+        if control is not None:  # no count phase: the observer stays on, the version-1 way (timing windows see it)
+            write_control(control, w["variant"], observe=self.scenario.steps[0].count_s <= 0, epoch=0)
+        server = ServerProcess(server_spec(self.exp, arm, sdir, control is not None), sdir / "server.log").start()
+        self.procs.append(server.proc)
+        t0 = time.monotonic()
+        try:
+            url = server.wait_ready(self.s["ready_timeout_s"], sleep=self._sleep)
+        except Interrupted:
+            record.status, record.reason = "interrupted", "SIGINT/SIGTERM while the server started"
+            self._end_start(server, record, sdir)
+            raise
+        except (ServerError, OSError, ValueError) as e:
+            record.status, record.reason = "failed", str(e)
+            record.ready_s = None
+            self._end_start(server, record, sdir)
+            raise RuntimeError(str(e)) from None
+        record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
+        record.status, record.reason = "ready", None
+        self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None)
+        self.active.save()
+        return self.active
+
+    def _end_start(self, server: ServerProcess, record: rec.StartRecord, sdir: Path) -> None:
+        t = time.monotonic()
+        server.stop()
+        record.stop_s = round(time.monotonic() - t, 2)
+        record.ended = utc()
+        rec.write_json(sdir / "start.json", record.to_dict())
+
+    def stop_start(self, status: str = "stopped", reason: str | None = None) -> float | None:
+        """Stop the start in use: status "stopped" after its windows, "failed" when it died, "interrupted". Returns
+        the stop's seconds (None: no start was in use)."""
+        a, self.active = self.active, None
+        if a is None:
+            return None
+        if not a.server.alive() and status == "stopped":
+            status, reason = "failed", reason or f"server exited with code {a.server.proc.returncode} (see server.log)"
+        a.record.status, a.record.reason = status, reason
+        self._end_start(a.server, a.record, a.dir)
+        return a.record.stop_s
+
+    # --- one window ----------------------------------------------------------------------------------------
+
+    def _fresh_folder(self, block_id: str) -> Path:
+        """blocks/<id>/, with an earlier attempt moved aside to attempts/<id>.<n>: records are never mixed."""
+        bdir = self.run / "blocks" / block_id
         if bdir.exists():
             attempts = self.run / "attempts"
             attempts.mkdir(exist_ok=True)
-            n = sum(1 for p in attempts.iterdir() if p.name.startswith(b["block_id"]))
-            shutil.move(str(bdir), str(attempts / f"{b['block_id']}.{n + 1}"))
+            n = sum(1 for p in attempts.iterdir() if p.name.startswith(block_id + "."))
+            shutil.move(str(bdir), str(attempts / f"{block_id}.{n + 1}"))
         bdir.mkdir(parents=True)
         return bdir
 
-    def run_block(self, i: int, b: dict) -> dict:
-        failed_before = previous_failures(self.run / "blocks" / b["block_id"] / "block.json")
-        bdir = self._fresh_folder(b)
-        meta = rec.BlockRecord(**b, started=utc(), failed_before=failed_before)
+    def run_window(self, i: int, w: dict, attempt: int) -> dict:
+        failed_before = previous_failures(self.run / "blocks" / w["block_id"] / "block.json")
+        bdir = self._fresh_folder(w["block_id"])
+        meta = rec.BlockRecord(block_id=w["block_id"], round=w["round"], kind=w["kind"], arm=w["arm"],
+                               variant=w["variant"], start=-1, position=w["position"], levels=list(w["levels"]),
+                               attempt=attempt, started=utc(), failed_before=failed_before)
         rec.write_json(bdir / "block.json", meta.to_dict())
-        server: ServerProcess | None = None
-        locust = None
+        locust = tele = None
+        st: Start | None = None
         t0 = time.monotonic()
         try:
-            server = ServerProcess(BACKENDS[self.s["backend"]](self.s, b, bdir), bdir / "server.log").start()
-            self.procs.append(server.proc)
-            meta.server_url = server.wait_ready(self.s["ready_timeout_s"], sleep=self._sleep)
-            meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
-            locust = self._start_locust(b, bdir, meta.server_url)
+            st = self.ensure_start(w, meta)
+            meta.start, meta.server_url = st.record.start, st.url
+            st.record.windows.append(w["block_id"])
+            st.save()
+            count = st.control is not None and self.scenario.steps[0].count_s > 0
+            switch = st.control is not None and st.variant != w["variant"]
+            if st.control is not None:
+                meta.epoch = st.next_epoch - 1
+                st.next_epoch += epochs_per_window(len(w["order"]))
+            settle = self.design.get("settle_s", 0.0) if switch else 0.0
+            meta.timing["settle_s"] = settle
+            window_scenario(self.scenario, w["order"], bdir / "scenario.yaml", count=count, settle_s=settle,
+                            block_id=w["block_id"])
+            tele = Telemetry(bdir / "telemetry.jsonl", st.server.proc.pid, nvml=self.nvml or None).start()
+            with open(bdir / "locust.log", "wb") as log:
+                locust = subprocess.Popen(
+                    locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s")),
+                    cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.procs.append(locust)
             t_load = time.monotonic()
-            self._watch_load(i, b, bdir, server, locust, t_load)
+            self._watch_load(i, w, bdir, st.server, locust, t_load, window_seconds(self.scenario, count) + settle)
             meta.timing["load_s"] = round(time.monotonic() - t_load, 2)
-            meta.requests, why = judge(b["variant"], bdir)
+            tele.stop()
+            tele = None
+            meta.requests, why = judge(w["variant"], bdir)
+            why = self._after_load(w, st, bdir, meta, switch, why)
             meta.status, meta.reason = ("complete", None) if why is None else ("invalid", why)
             if why is not None:
-                print(f"\n!!! INVALID BLOCK {b['block_id']}: {why}", file=sys.stderr, flush=True)
+                print(f"\n!!! INVALID WINDOW {w['block_id']}: {why}", file=sys.stderr, flush=True)
         except Interrupted:
-            meta.status, meta.reason = "interrupted", "SIGINT/SIGTERM during the block"
+            meta.status, meta.reason = "interrupted", "SIGINT/SIGTERM during the window"
             stop_group(locust, signal.SIGINT, LOCUST_STOP_S)
             raise
         except (RuntimeError, OSError, ValueError) as e:
             meta.status, meta.reason = "failed", str(e)
+            if st is not None and not st.server.alive():
+                meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w['block_id']} "
+                                                                  f"(exit {st.server.proc.returncode}; see server.log)")
         finally:
+            if tele is not None:
+                tele.stop()
             stop_group(locust, signal.SIGINT, LOCUST_STOP_S)
-            t_stop = time.monotonic()
-            if server is not None:
-                server.stop()
-            meta.timing["stop_s"] = round(time.monotonic() - t_stop, 2)
+            if meta.status == "interrupted":
+                meta.timing["stop_s"] = self.stop_start("interrupted", "SIGINT/SIGTERM during a window")
+            elif self.active is not None and self.active.planned == w["start"] and self._last_of_start(w):
+                meta.timing["stop_s"] = self.stop_start()  # this window's start ends here: its stop lands here
+            meta.timing = {k: v for k, v in meta.timing.items() if v is not None}
             meta.timing["total_s"] = round(time.monotonic() - t0, 2)
             meta.ended = utc()
             rec.write_json(bdir / "block.json", meta.to_dict())
-            self.overhead_s = max(5.0, time.monotonic() - t0 - self.block_s)
+            self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s)
         return meta.to_dict()
 
-    def _start_locust(self, b: dict, bdir: Path, url: str) -> subprocess.Popen:
-        with open(bdir / "locust.log", "wb") as log:
-            locust = subprocess.Popen(self.locust_cmd(b, bdir, url), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        self.procs.append(locust)
-        return locust
+    def _after_load(self, w: dict, st: Start, bdir: Path, meta: rec.BlockRecord, switch: bool,
+                    why: str | None) -> str | None:
+        """The switch (confirmed from the counters), requests that spanned one, and the arm's evidence check."""
+        counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
+        requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
+        if st.control is not None:
+            writes = [c for c in counters if c.get("kind") == "control"]
+            if switch:
+                sw = switch_record(counters, w["block_id"])
+                if sw is None:
+                    why = why or f"hot swap to {w['variant']}: no control write was recorded"
+                else:
+                    st.record.switches.append(sw)
+                    if sw["confirmed_t"] is None:
+                        why = why or (f"hot swap to {w['variant']} (epoch {sw['epoch']}) not confirmed: no snapshot "
+                                      "shows the server running it")
+            if writes:  # the file names the window's variant from its first write on
+                st.variant = w["variant"]
+        meta.requests["spanning"] = spanning(requests, st.record.switches)
+        if meta.requests["spanning"]["measure"]:
+            why = why or f"{meta.requests['spanning']['measure']} measured requests spanned a switch"
+        arm = self.arms[w["spec"]]
+        if self.design["name"] in SWAPPED:  # cumulative counters of a shared start hold both arms: the sync
+            arm = replace(arm, evidence=replace(arm.evidence, sync_signature=None))  # signature is checked per window
+        try:
+            log = (st.dir / "server.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            log = ""
+        ok, reason = ex.check_evidence(arm, log, last_snapshot_rows(counters))
+        if ok and arm.evidence != self.arms[w["spec"]].evidence:
+            rest = reason.removeprefix("evidence holds: ")
+            reason = "evidence holds: " + "; ".join(x for x in (rest, "sync signature checked per window by the "
+                                                                "manipulation check (a shared start holds both arms' "
+                                                                "counters)") if x)
+        ev = st.record.evidence or {"ok": True, "reason": None, "windows": {}}
+        ev["windows"][w["block_id"]] = {"ok": ok, "reason": reason}
+        ev["ok"] = ev["ok"] and ok
+        ev["reason"] = reason if not ok else ev["reason"]
+        st.record.evidence = ev
+        st.save()
+        return why or (None if ok else f"evidence check of arm {w['spec']} ({arm.label}) failed: {reason}")
 
-    def _watch_load(self, i: int, b: dict, bdir: Path, server: ServerProcess, locust: subprocess.Popen,
-                    t_load: float) -> None:
+    def _last_of_start(self, w: dict) -> bool:
+        later = self.m["plan"][self.m["plan"].index(w) + 1:]
+        return not any(x["start"] == w["start"] for x in later)
+
+    def _watch_load(self, i: int, w: dict, bdir: Path, server: ServerProcess, locust: subprocess.Popen,
+                    t_load: float, length_s: float) -> None:
         """Until Locust exits: progress, and RuntimeError when the server dies, Locust hangs, crashes or wrote nothing."""
         while locust.poll() is None:
             if self.stop:
@@ -164,9 +442,9 @@ class Runner:
             if not server.alive():
                 raise RuntimeError(f"server died during the load (exit {server.proc.returncode}; see server.log)")
             el = time.monotonic() - t_load
-            if el > self.block_s + LOCUST_GRACE_S:
-                raise RuntimeError(f"Locust still running {el:.0f} s after start (scenario {self.block_s:.0f} s)")
-            self.show(i, b, el)
+            if el > length_s + LOCUST_GRACE_S:
+                raise RuntimeError(f"Locust still running {el:.0f} s after start (scenario {length_s:.0f} s)")
+            self.show(i, w, el, length_s)
             time.sleep(0.5)
         if not server.alive():
             raise RuntimeError(f"server died during the load (exit {server.proc.returncode}; see server.log)")
@@ -178,60 +456,156 @@ class Runner:
         if crashed:
             raise RuntimeError(crashed)
 
-    def locust_cmd(self, b: dict, bdir: Path, url: str) -> list[str]:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
-               "--host", url, "--scenario", str(self.run / "scenario.yaml"), "--run-dir", str(bdir),
-               "--metrics-url", url + "/metrics", "--variant", b["variant"], "--csv", str(bdir / "locust"),
-               "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0"]
-        if self.s.get("request_timeout_s"):
-            cmd += ["--request-timeout", f"{self.s['request_timeout_s']:g}"]
-        return cmd
-
     # --- progress -----------------------------------------------------------------------------------------
 
-    def show(self, i: int, b: dict, elapsed: float) -> None:
-        t, step = 0.0, None
-        for s in self.scenario.steps:
-            for name, length in (("warm-up", s.warmup_s), ("measure", s.measure_s), ("drain", s.drain_s)):
-                if step is None and elapsed < t + length:
-                    step = f"step {s.index + 1}/{len(self.scenario.steps)} c={s.concurrency} {name}"
-                t += length
-        left_blocks = len(self.m["plan"]) - i - 1
-        left = max(0.0, self.block_s - elapsed) + left_blocks * (self.block_s + self.overhead_s)
-        self.progress(f"round {b['round'] + 1}/{self.s['rounds'] + self.s['aa_rounds']} ({b['kind'].upper()}) · "
-                      f"block {i + 1}/{len(self.m['plan'])} {b['arm']}={b['variant']} · {step or 'finishing'} · "
+    def show(self, i: int, w: dict, elapsed: float, length_s: float) -> None:
+        left_windows = len(self.m["plan"]) - i - 1
+        left = max(0.0, length_s - elapsed) + left_windows * (self.window_s + self.overhead_s)
+        rounds = len({x["round"] for x in self.m["plan"]})
+        self.progress(f"round {w['round'] + 1}/{rounds} ({w['kind'].upper()}) · window {i + 1}/{len(self.m['plan'])} "
+                      f"{w['arm']}={w['variant'] or self.arms[w['spec']].label} · {elapsed:.0f}/{length_s:.0f} s · "
                       f"~{left / 60:.1f} min left")
 
-    # --- the run --------------------------------------------------------------------------------------------
+    # --- rounds ---------------------------------------------------------------------------------------------
 
-    def execute(self) -> str:
-        """Run every block not done yet; returns the run status."""
-        self.install_signals()
-        self.m["status"] = "running"
-        self.m.setdefault("resume_policy", RESUME_POLICY)
-        rec.write_json(self.run / "manifest.json", self.m)
-        try:
-            for i, b in enumerate(self.m["plan"]):
-                meta_path = self.run / "blocks" / b["block_id"] / "block.json"
-                old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-                if old.get("status") in DONE:
-                    continue
-                failures = previous_failures(meta_path) if old.get("status") == "failed" else 0
-                if failures > FAILED_RERUNS_MAX:
-                    print(f"block {b['block_id']}: failed {failures} times, not run again ({old.get('reason')})",
-                          flush=True)
+    def _metas(self, windows: list[dict]) -> dict[str, dict]:
+        return {w["block_id"]: rec.read_json(self.run / "blocks" / w["block_id"] / "block.json") or {}
+                for w in windows}
+
+    def todo(self, windows: list[dict]) -> tuple[list[dict], int] | None:
+        """What a round still needs, (windows, attempt), or None when it is done or gave up (failed too often).
+        A round with a failed window reruns whole in the next attempt; else fresh resumes window by window and
+        swap/nested rerun the whole round (its two windows belong in one server start)."""
+        metas = self._metas(windows)
+        status = {k: v.get("status") for k, v in metas.items()}
+        if all(s in DONE for s in status.values()):
+            return None
+        attempt = max((int(v.get("attempt") or 0) for v in metas.values() if v), default=0)
+        if any(s == "failed" for s in status.values()):
+            if attempt >= FAILED_RERUNS_MAX:
+                return None
+            return list(windows), attempt + 1
+        if self.design["name"] == "fresh":
+            return [w for w in windows if status[w["block_id"]] not in DONE], attempt
+        return list(windows), attempt
+
+    def run_round(self, windows: list[dict], todo: list[dict], attempt: int) -> None:
+        while True:
+            failed = None
+            for w in windows:
+                if w not in todo:
                     continue
                 if self.stop:
                     raise Interrupted
-                meta = self.run_block(i, b)
-                print(f"\rblock {b['block_id']}: {meta['status']}" + (f" — {meta['reason']}" if meta["reason"] else "")
-                      + " " * 20, flush=True)
+                meta = self.run_window(self.m["plan"].index(w), w, attempt)
+                print(f"\rwindow {w['block_id']}: {meta['status']}" + (f" — {meta['reason']}" if meta["reason"] else "")
+                      + (f" (attempt {attempt})" if attempt else "") + " " * 20, flush=True)
+                if meta["status"] == "failed" and attempt < FAILED_RERUNS_MAX:
+                    failed = meta
+                    break
+            if failed is None:
+                return
+            attempt += 1
+            todo = list(windows)
+            self.m.setdefault("reruns", []).append({"round": w["round"], "attempt": attempt,
+                                                    "because": f"{failed['block_id']}: {failed['reason']}"})
+            self._save()
+            print(f"round {w['round']}: window {failed['block_id']} failed; its round runs again at once "
+                  f"(attempt {attempt})", flush=True)
+
+    # --- sequential looks -------------------------------------------------------------------------------------
+
+    def look(self, windows: list[dict]) -> bool:
+        """After a completed round: run the sequential look and say whether the run stops here."""
+        seq = self.m.setdefault("sequential", {"looks": 0, "look_errors": [], "ignored_stops": []})
+        cmd = look_command(self.run)
+        try:
+            p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=LOOK_TIMEOUT_S)
+            err = None if p.returncode == 0 else ((p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1])
+        except (OSError, subprocess.SubprocessError) as e:
+            err = f"{type(e).__name__}: {e}"
+        try:
+            line = None if err else last_look(self.run)
+        except ValueError as e:
+            line, err = None, str(e)
+        if err is None and (line is None or not isinstance(line.get("stop"), bool)):
+            err = "looks.jsonl has no line with a boolean 'stop'"
+        r = windows[0]["round"]
+        if err is not None:
+            if not seq["look_errors"]:
+                print(f"warning: sequential look failed ({err}); the run goes on to its maximum rounds",
+                      file=sys.stderr, flush=True)
+            seq["look_errors"].append({"round": r, "error": err[:300]})
+            self._save()
+            return False
+        seq["looks"] += 1
+        if not line["stop"]:
+            self._save()
+            return False
+        plan = self.m["plan"]
+        done_rounds = {x["round"] for x in plan if x["round"] <= r}
+        ab_done = len({x["round"] for x in plan if x["kind"] == "ab" and x["round"] in done_rounds})
+        aa_left = [x["round"] for x in plan if x["kind"] == "aa" and x["round"] > r]
+        minimum = self.design["sequential"]["min_rounds"]
+        if ab_done < minimum or aa_left:
+            why = f"{ab_done} of the minimum {minimum} A/B rounds" if ab_done < minimum else \
+                f"A/A rounds {sorted(set(aa_left))} still to run"
+            seq["ignored_stops"].append({"round": r, "why": why})
+            self._save()
+            return False
+        seq["stopped"] = {"after_round": r, "ab_rounds": ab_done, "reason": line.get("reason"), "look": line}
+        self.m["plan_not_run"] = [x for x in plan if x["round"] > r]
+        self.m["plan"] = [x for x in plan if x["round"] <= r]
+        self.m["starts"] = starts_of(self.m["plan"])
+        self._save()
+        print(f"sequential: stop after round {r} ({ab_done} A/B rounds): {line.get('reason')}", flush=True)
+        return True
+
+    # --- the run --------------------------------------------------------------------------------------------
+
+    def _collect_switches(self) -> list[dict]:
+        out = []
+        for p in sorted((self.run / "starts").glob("*/start.json")):
+            s = rec.read_json(p) or {}
+            out += [{"start": s.get("start"), **sw} for sw in s.get("switches") or []]
+        return out
+
+    def execute(self) -> str:
+        """Run every round not done yet; returns the run status."""
+        self.install_signals()
+        self.m["status"] = "running"
+        self.m.setdefault("resume_policy", RESUME_POLICY)
+        self.nvml = Nvml.open() or False
+        self.m["telemetry"] = describe_telemetry(self.nvml or None, self.s.get("backend", "sim"))
+        self._save()
+        try:
+            self.prepare()
+            for windows in rounds_of(list(self.m["plan"])):
+                if self.stop:
+                    raise Interrupted
+                need = self.todo(windows)
+                if need is None:
+                    metas = self._metas(windows)
+                    gave_up = [k for k, v in metas.items() if v.get("status") == "failed"]
+                    if gave_up:
+                        print(f"round {windows[0]['round']}: failed {FAILED_RERUNS_MAX + 1} times, not run again "
+                              f"({', '.join(gave_up)})", flush=True)
+                    continue
+                self.run_round(windows, *need)
+                if self.design.get("sequential") and self.look(windows):
+                    break
             self.m["status"] = "complete"
         except Interrupted:
             self.m["status"] = "interrupted"
+        except PreparationFailed as e:
+            self.m["status"], self.m["reason"] = "failed", str(e)
+            print(f"error: {e}", file=sys.stderr, flush=True)
         finally:
+            self.stop_start("interrupted" if self.m["status"] == "interrupted" else "stopped",
+                            "SIGINT/SIGTERM" if self.m["status"] == "interrupted" else None)
             for p in self.procs:
                 stop_group(p)
+            self.m["switches"] = self._collect_switches()
             self.m["ended"] = utc()
-            rec.write_json(self.run / "manifest.json", self.m)
+            self._save()
         return self.m["status"]

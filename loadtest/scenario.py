@@ -1,4 +1,9 @@
-"""Scenario files (configs/scenarios/*.yaml): load steps and phase lengths, validated with errors that name the field."""
+"""Scenario files (configs/scenarios/*.yaml): load steps and phase lengths, validated with errors that name the field.
+
+A level runs count -> warmup -> measure -> drain (loadtest.records.PHASES). `phases.count_s` (default 0: none) is the
+count phase: the sync observer on, nothing timed; it runs only where the server has a control file (the A/B runner's
+servers), and it is set for every level at once (phases only), so every window switches and counts at each level.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ MODES = ("stream", "wav")
 _TOP_KEYS = {"schema", "name", "description", "mode", "loop", "seed", "prompts", "voice", "mix", "timeout_s",
              "spawn_rate", "language", "phases", "steps"}
 _PHASE_KEYS = {"warmup_s", "measure_s", "drain_s"}
+_DEFAULT_KEYS = _PHASE_KEYS | {"count_s"}  # count_s: in `phases` only (the same count phase at every level)
 _STEP_KEYS = _PHASE_KEYS | {"concurrency", "rate", "users"}
 
 
@@ -32,10 +38,11 @@ class Step:
     drain_s: float
     rate: float | None = None  # open loop: Poisson arrivals per second (all workers together)
     users: int | None = None  # open loop: arrival generators (default min(concurrency, 32))
+    count_s: float = 0.0  # count phase before the warm-up (observer on, not timed); 0: none
 
     @property
     def duration_s(self) -> float:
-        return self.warmup_s + self.measure_s + self.drain_s
+        return self.count_s + self.warmup_s + self.measure_s + self.drain_s
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,8 @@ def parse_scenario(data: Any, *, path: str = "<scenario>", sha256: str = "", bas
     defaults = data.get("phases", {})
     if not isinstance(defaults, dict):
         raise ScenarioError(f"{path}: phases must be a mapping with {sorted(_PHASE_KEYS)}")
-    _unknown(f"{path}: phases", defaults, _PHASE_KEYS)
+    _unknown(f"{path}: phases", defaults, _DEFAULT_KEYS)
+    count_s = _number(f"{path}: phases.count_s", defaults.get("count_s", 0))
     steps_raw = data.get("steps")
     if not isinstance(steps_raw, list) or not steps_raw:
         raise ScenarioError(f"{path}: steps must be a non-empty list like [{{concurrency: 8}}, {{concurrency: 16}}]")
@@ -142,7 +150,10 @@ def parse_scenario(data: Any, *, path: str = "<scenario>", sha256: str = "", bas
             users = _int(f"{where}.users", raw.get("users", min(conc, 32)))
         elif "rate" in raw or "users" in raw:
             raise ScenarioError(f"{where}: rate/users only apply when loop is open")
-        steps.append(Step(index=i, concurrency=conc, rate=rate, users=users, **phase))
+        if count_s > 0 and phase["warmup_s"] <= 0:  # the observer switches off at the next step, inside the warm-up
+            raise ScenarioError(f"{where}.warmup_s must be > 0 after a count phase (phases.count_s): the observer "
+                                "switches off at the server's next step, which must fall before the measure phase")
+        steps.append(Step(index=i, concurrency=conc, rate=rate, users=users, count_s=count_s, **phase))
     spawn_rate = _number(f"{path}: spawn_rate", data.get("spawn_rate", 10000), allow_equal=False)
     timeout_s = _number(f"{path}: timeout_s", data.get("timeout_s", 600), allow_equal=False)
     prompts = str(data.get("prompts", "configs/prompts/en.yaml"))

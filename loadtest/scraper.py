@@ -1,4 +1,5 @@
-"""Server counters: /metrics scraped at both edges of every measure phase, stored raw and as per-step deltas.
+"""Server counters: /metrics scraped at both edges of every measure phase and of every count phase, stored raw and as
+per-window deltas (CounterDelta, window "measure" or "count").
 
 `parse_metrics` is the suite's one Prometheus text parser (prometheus_client's, keyed by `sample_key`); the tools and
 tests use it too. Metric names come only from tts_predictor.metrics. A failed scrape is written as a snapshot with
@@ -7,6 +8,7 @@ ok=false and makes the step's delta null, it never stops the run. HTTP goes thro
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +45,20 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[tuple[str, dict[str
     return flat, rows
 
 
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def rows_of(flat: dict[str, float]) -> list[tuple[str, dict[str, str], float]]:
+    """The (name, labels, value) rows of a stored snapshot's samples (the inverse of sample_key)."""
+    rows = []
+    for key, value in flat.items():
+        name, _, rest = key.partition("{")
+        labels = {k: re.sub(r"\\(.)", lambda mo: "\n" if mo.group(1) == "n" else mo.group(1), v)
+                  for k, v in _LABEL.findall(rest)}
+        rows.append((name, labels, float(value)))
+    return rows
+
+
 def samples(text: str) -> dict[str, float]:
     """Just the {sample_key: value} mapping of an exposition (see parse_metrics)."""
     return parse_metrics(text)[0]
@@ -52,16 +68,6 @@ def total(rows, name: str) -> float | None:
     """Sum of a sample name over all label sets; None if the server does not expose it."""
     vals = [v for n, _, v in rows if n == name]
     return sum(vals) if vals else None
-
-
-def variant_of(rows) -> str | None:
-    for n, labels, _ in rows:
-        if n == m.INFO and labels.get("variant"):
-            return labels["variant"]
-    for n, labels, _ in rows:
-        if n == m.CALLS and labels.get("variant"):
-            return labels["variant"]
-    return None
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -78,10 +84,40 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hint: str | None) -> dict[str, Any]:
-    """Per-step differences of the predictor/engine counters and the ratios the statistics compare.
+def by_label(rows, name: str, label: str) -> dict[str, float]:
+    """A sample name's values by one label (summed over the other labels)."""
+    out: dict[str, float] = {}
+    for n, labels, v in rows:
+        if n == name and label in labels:
+            out[labels[label]] = out.get(labels[label], 0.0) + v
+    return out
 
-    start_rows None means the start scrape failed: every difference is unknown.
+
+def gauge(rows, name: str) -> float | None:
+    """A gauge without labels (the control channel's epoch / observe switch); None when not exposed."""
+    return total(rows, name)
+
+
+def variants_moved(start_rows, end_rows) -> list[str]:
+    """Every variant label whose predictor calls moved between two scrapes, most calls first."""
+    a, b = by_label(start_rows, m.CALLS, "variant"), by_label(end_rows, m.CALLS, "variant")
+    moved = {v: b[v] - a.get(v, 0.0) for v in b if b[v] - a.get(v, 0.0) > 0}
+    return sorted(moved, key=lambda v: (-moved[v], v))
+
+
+def _int(x: float | None) -> int | None:
+    return None if x is None else int(x)
+
+
+def _bool(x: float | None) -> bool | None:
+    return None if x is None else bool(x)
+
+
+def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hint: str | None) -> dict[str, Any]:
+    """Differences of the predictor/engine counters over one window and the ratios the statistics compare, which
+    variants' calls moved in it, the control channel's gauges at both edges and the step clock over it.
+
+    start_rows None means one edge's scrape failed: every difference is unknown (variant: the hint).
     """
     failed = start_rows is None
     start_rows = start_rows or []
@@ -91,6 +127,12 @@ def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hin
         ("batch_requests", m.REQUESTS), ("steps", m.STEPS), ("step_seconds", m.STEP_SECONDS + "_sum"),
         ("frames", m.FRAMES), ("requests_finished", m.ENGINE_REQUESTS),
     )}
+    clock = {key: None if failed else _diff(total(start_rows, name), total(end_rows, name)) for key, name in (
+        ("step_interval_count", m.STEP_INTERVAL + "_count"), ("step_interval_sum", m.STEP_INTERVAL + "_sum"),
+        ("step_batch_count", m.STEP_BATCH + "_count"), ("step_batch_sum", m.STEP_BATCH + "_sum"),
+    )}
+    moved = [] if failed else variants_moved(start_rows, end_rows)
+    variant = moved[0] if moved else (variant_hint if failed else None)
     steps = d["steps"]
     if steps is None and d["calls"] is not None:  # vllm-omni has no engine counters: 15 predictor calls per step
         steps = d["calls"] / CALLS_PER_STEP
@@ -98,7 +140,7 @@ def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hin
     calls_per_step = _ratio(d["calls"], steps)
     return {
         "duration_s": duration_s,
-        "variant": variant_of(end_rows) or variant_of(start_rows) or variant_hint,
+        "variant": variant,
         **d,
         "steps": steps,
         "syncs_per_call": per_call,
@@ -106,6 +148,12 @@ def compute_delta(start_rows, end_rows, *, duration_s: float | None, variant_hin
         "calls_per_request": _ratio(d["calls"], d["requests_finished"]),
         "seconds_per_request": _ratio(d["seconds"], d["requests_finished"]),
         "mean_batch": _ratio(d["batch_requests"], d["calls"]),
+        "variants_moved": tuple(moved),
+        "epoch_start": None if failed else _int(gauge(start_rows, m.CONTROL_EPOCH)),
+        "epoch_end": _int(gauge(end_rows, m.CONTROL_EPOCH)),
+        "observe_start": None if failed else _bool(gauge(start_rows, m.OBSERVE_ENABLED)),
+        "observe_end": _bool(gauge(end_rows, m.OBSERVE_ENABLED)),
+        **clock,
     }
 
 
@@ -115,8 +163,14 @@ def http_get(url: str, timeout_s: float) -> str:
     return r.text
 
 
+# snapshot edge -> (window, "open" | "close")
+WINDOW_EDGES = {"start": ("measure", "open"), "end": ("measure", "close"), "count_start": ("count", "open"),
+                "count_end": ("count", "close")}
+
+
 class Scraper:
-    """Scrapes every target at an edge and appends lines to counters.jsonl through `write`."""
+    """Scrapes every target at an edge and appends lines to counters.jsonl through `write`: a snapshot per target,
+    and at a closing edge (end, count_end) the window's delta against its opening edge."""
 
     def __init__(self, targets: list[str], write: Callable[[dict], None], *, variant_hint: str | None = None,
                  fetch: Callable[[str, float], str] = http_get, timeout_s: float = 5.0,
@@ -124,7 +178,7 @@ class Scraper:
         self.targets = list(targets)
         self._write, self._fetch, self._timeout, self._clock = write, fetch, timeout_s, clock
         self.variant_hint = variant_hint
-        self._starts: dict[tuple[int, str], tuple[float, list | None]] = {}
+        self._starts: dict[tuple[int, str, str], tuple[float, list | None]] = {}
 
     def scrape(self, step: int, concurrency: int, edge: str) -> None:
         for target in self.targets:
@@ -141,13 +195,33 @@ class Scraper:
             error = f"{type(e).__name__}: {str(e)[:200]}"
         self._write(CounterSnapshot(step=step, concurrency=concurrency, edge=edge, t=t, target=target,
                                     ok=error is None, error=error, samples=flat).to_dict())
-        if edge == "start":
-            self._starts[(step, target)] = (t, rows)
+        window, side = WINDOW_EDGES[edge]
+        if side == "open":
+            self._starts[(step, target, window)] = (t, rows)
             return
-        t0, start_rows = self._starts.pop((step, target), (None, None))
+        t0, start_rows = self._starts.pop((step, target, window), (None, None))
         if start_rows is not None and rows is not None:
             delta = compute_delta(start_rows, rows, duration_s=t - t0, variant_hint=self.variant_hint)
         else:  # one edge failed: all numbers unknown, the line still says the step existed
             delta = compute_delta(None, [], duration_s=(t - t0) if t0 is not None else None,
                                   variant_hint=self.variant_hint)
-        self._write(CounterDelta(step=step, concurrency=concurrency, target=target, **delta).to_dict())
+        self._write(CounterDelta(step=step, concurrency=concurrency, target=target, window=window, **delta).to_dict())
+
+    def confirm_epoch(self, epoch: int, timeout_s: float, *, sleep: Callable[[float], None] = time.sleep,
+                      interval_s: float = 0.05) -> float | None:
+        """Poll the first target until its control epoch gauge reads `epoch` or more (the server applied the write:
+        it applies changes at its next step). Returns the time it did, None after timeout_s (never raises)."""
+        if not self.targets:
+            return None
+        deadline = self._clock() + timeout_s
+        while True:
+            try:
+                _, rows = parse_metrics(self._fetch(self.targets[0], self._timeout))
+                value = gauge(rows, m.CONTROL_EPOCH)
+                if value is not None and value >= epoch:
+                    return self._clock()
+            except Exception:  # a failed poll is only a missed chance; the snapshot after it records the truth
+                pass
+            if self._clock() >= deadline:
+                return None
+            sleep(interval_s)

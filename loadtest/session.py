@@ -23,11 +23,12 @@ from urllib.parse import urlsplit
 from loadtest.client import GeventTransport, Outcome, run_request
 from loadtest.plan import git_revision
 from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
-from loadtest.records import RUN_SCHEMA, JsonlWriter, RequestRecord, dumps
+from loadtest.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy
-from loadtest.shape import Phase, PhaseTracker, Schedule
+from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, EdgeAction, Phase, PhaseTracker, Schedule, edge_actions
+from tts_predictor.control import write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
 
 log = logging.getLogger("loadtest")
@@ -39,6 +40,9 @@ SHIP_INTERVAL_S = 1.0
 # before its next try, so a dead server yields a few failure records per second per user, not thousands.
 CONNECT_BACKOFF_S = 0.25
 FINAL_WAIT_S = 20.0
+# How long the count edge waits for the server to show its control write (it applies it at its next step, ~5-400 ms
+# under load) before the count_start snapshot; at least this, at most the count phase itself.
+CONFIRM_MIN_S = 1.0
 
 
 class TTSFailure(Exception):
@@ -60,6 +64,12 @@ def add_options(parser) -> None:
     g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
     g.add_argument("--ready-timeout", type=float, default=10.0,
                    help="seconds to wait for <host>/health to answer 200 before the run starts (0: do not check)")
+    g.add_argument("--control", default="",
+                   help="the server's control file (tts_predictor.control): the scenario's count phases switch the sync "
+                        "observer on and off in it and name --variant (the A/B runner's hot swap); without it there "
+                        "are no count phases")
+    g.add_argument("--control-epoch", type=int, default=0,
+                   help="epoch base of this run's control writes (each level writes base+2i+1 and base+2i+2)")
 
 
 def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep, check=health) -> None:
@@ -98,7 +108,8 @@ class Session:
         self._pending: list[str] = []
         self._sent = 0
         self._final_sent = False
-        self._scrapes: list = []
+        self.edges: EdgeRunner | None = None
+        self._actor = None  # the greenlet that runs the edge actions in order
         self.workers: dict[str, dict[str, Any]] = {}  # master: node id -> {label, received, sent, final}
         self.started = None
         self.finished = False
@@ -130,15 +141,24 @@ class Session:
             raise ValueError("--host is required (the server URL, e.g. http://127.0.0.1:8091)")
         if o.request_timeout < 0 or o.ready_timeout < 0:
             raise ValueError("--request-timeout and --ready-timeout must not be negative")
+        control = o.control or None
+        if control is not None:
+            if not o.variant:
+                raise ValueError("--control needs --variant (the variant the count phases write into the file)")
+            if not Path(control).parent.is_dir():
+                raise ValueError(f"--control {control}: no such folder")
+            if o.control_epoch < 0:
+                raise ValueError("--control-epoch must not be negative")
         if o.ready_timeout:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
             "seed": seed, "variant": o.variant or None, "model": o.model, "host": host, "metrics_urls": targets,
-            "timeout_s": o.request_timeout or scenario.timeout_s,
+            "timeout_s": o.request_timeout or scenario.timeout_s, "control": control,
+            "control_epoch": o.control_epoch if control else None,
         }
         self.scenario = scenario
-        self.tracker = PhaseTracker(Schedule(scenario))
+        self.tracker = PhaseTracker(Schedule(scenario, count=control is not None))
 
     def _adopt(self, run: dict[str, Any]) -> None:
         """Build the per-process request machinery from the run description (workers get it by message)."""
@@ -173,22 +193,23 @@ class Session:
             self.counters_writer = JsonlWriter(run_dir / "counters.jsonl")
             self.scraper = Scraper(self.run["metrics_urls"], self.counters_writer.write,
                                    variant_hint=self.run["variant"])
+            self.edges = EdgeRunner(self.scraper, self.counters_writer.write, self.run.get("control"),
+                                    self.run["variant"], self.scenario)
 
     # --- shape (local / master) -------------------------------------------------------------------------
 
     def tick(self, run_time: float) -> tuple[int, float] | None:
-        """LoadTestShape.tick: publish phase edges, scrape at measure edges, return (users, spawn rate)."""
+        """LoadTestShape.tick: publish phase edges, run their edge actions (control writes, scrapes), return (users,
+        spawn rate)."""
         if self.started is None:
             self.started = time.time()
             self._open_writers()
             if self.role == "local":
                 self._adopt(self.run)
         phase, transitions = self.tracker.tick(run_time)
+        base = self.run.get("control_epoch")
         for old, new in transitions:
-            if old is not None and old.phase == "measure":
-                self._scrape_async(old.step, old.concurrency, "end")
-            if new is not None and new.phase == "measure":
-                self._scrape_async(new.step, new.concurrency, "start")
+            self._queue(edge_actions(old, new, base))
         if transitions:
             self.set_phase(phase)
             if self.role == "master" and phase is not None:
@@ -198,12 +219,15 @@ class Session:
             return None
         return phase.users, self.scenario.spawn_rate
 
-    def _scrape_async(self, step: int, concurrency: int, edge: str) -> None:
+    def _queue(self, actions: list[EdgeAction]) -> None:
+        """Run edge actions in one greenlet, in order (a confirm may wait; the users go on meanwhile)."""
         import gevent
 
-        if self.scraper is not None and self.scraper.targets:
-            self._scrapes = [g for g in self._scrapes if not g.ready()]
-            self._scrapes.append(gevent.spawn(self.scraper.scrape, step, concurrency, edge))
+        if not actions or self.edges is None:
+            return
+        self.edges.pending.extend(actions)
+        if self._actor is None or self._actor.ready():
+            self._actor = gevent.spawn(self.edges.run_pending, gevent.sleep)
 
     def set_phase(self, phase: Phase | None) -> None:
         self.phase = phase
@@ -339,15 +363,15 @@ class Session:
         if self.finished or self.role == "worker" or self.started is None:
             return
         self.finished = True
-        if self._scrapes:
-            gevent.joinall(self._scrapes, timeout=15)
+        if self._actor is not None:
+            gevent.joinall([self._actor], timeout=30)
         if self.role == "master":
             self.flush_workers()
             self.wait_for_workers()
         manifest = {
             "schema": RUN_SCHEMA,
-            **{k: self.run[k] for k in ("run_id", "mode", "seed", "variant", "model", "host", "metrics_urls",
-                                         "timeout_s")},
+            **{k: self.run.get(k) for k in ("run_id", "mode", "seed", "variant", "model", "host", "metrics_urls",
+                                             "timeout_s", "control", "control_epoch")},
             "role": "distributed" if self.role == "master" else "local",
             "scenario": self.run["scenario"],
             "started": self.started,
@@ -366,6 +390,46 @@ class Session:
             if w is not None:
                 w.close()
         log.info("run folder: %s (%d request records)", run_dir, manifest["requests_lines"])
+
+
+class EdgeRunner:
+    """Carries out the edge actions of loadtest.shape in order: control-file writes (each recorded as a `control`
+    line in counters.jsonl), confirmations that the server applied a write, and counter snapshots. Never raises into
+    the load: a failed write is logged and leaves the file as it was (the manipulation check will show it)."""
+
+    def __init__(self, scraper: Scraper, write_line, control: str | None, variant: str | None, scenario: Scenario,
+                 clock=time.time):
+        self.scraper = scraper
+        self.write_line = write_line
+        self.control = control
+        self.variant = variant
+        self.clock = clock
+        self.pending: list[EdgeAction] = []
+        counts = [s.count_s for s in scenario.steps if s.count_s > 0]
+        self.confirm_s = max(CONFIRM_MIN_S, min(counts) if counts else 0.0)
+        self.confirmed: dict[int, float | None] = {}  # epoch -> when the server showed it (None: not in time)
+
+    def run_pending(self, sleep=time.sleep) -> None:
+        while self.pending:
+            self.do(self.pending.pop(0), sleep)
+
+    def do(self, a: EdgeAction, sleep=time.sleep) -> None:
+        if a.kind == WRITE:
+            if self.control is None:
+                return
+            try:
+                write_control(self.control, self.variant, a.observe, epoch=a.epoch)
+            except (OSError, ValueError) as e:
+                log.error("control file %s: write failed (%s); the server keeps its setting", self.control, e)
+                return
+            self.write_line(ControlWrite(step=a.step, concurrency=a.concurrency, phase=a.phase, t=self.clock(),
+                                         variant=self.variant, observe=a.observe, epoch=a.epoch).to_dict())
+        elif a.kind == CONFIRM:
+            self.confirmed[a.epoch] = self.scraper.confirm_epoch(a.epoch, self.confirm_s, sleep=sleep)
+            if self.confirmed[a.epoch] is None:
+                log.warning("control epoch %d not shown by the server within %.1f s", a.epoch, self.confirm_s)
+        elif a.kind == SNAPSHOT and self.scraper.targets:
+            self.scraper.scrape(a.step, a.concurrency, a.edge)
 
 
 def loop_lag_probe(path: str, interval_s: float = 0.01) -> None:

@@ -1,4 +1,12 @@
-"""The load schedule: which step and phase a run is in at time t. Pure, so it is tested without Locust."""
+"""The load schedule: which step and phase a run is in at time t, and what happens at each phase edge. Pure, so it is
+tested without Locust.
+
+A level runs count -> warmup -> measure -> drain. The count phase exists only where the load generator holds the
+server's control file: at its start the control file turns the sync observer on (and names the window's variant:
+the hot-swap switch of a window happens at its first count phase), the runner waits until the server's epoch gauge
+shows the write, then snapshots the counters; at its end it snapshots again and turns the observer off, so the
+timing window after the warm-up runs with zero observed calls.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ class Phase:
 
     step: int
     concurrency: int
-    phase: str  # warmup | measure | drain
+    phase: str  # count | warmup | measure | drain (loadtest.records.PHASES)
     users: int  # Locust users for this step (closed loop: = concurrency)
     rate: float | None  # open loop: arrivals per second, all workers together
     started: float  # run time (s) at which this phase began
@@ -28,14 +36,16 @@ def users_for(step: Step, loop: str) -> int:
 
 
 class Schedule:
-    """Steps back to back, each warm-up -> measure -> drain; a zero-length phase is skipped."""
+    """Steps back to back, each count -> warm-up -> measure -> drain; a zero-length phase is skipped, and so is every
+    count phase when `count` is False (no control file: nothing could switch the observer)."""
 
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario, count: bool = True):
         self.scenario = scenario
         self._phases: list[Phase] = []
         t = 0.0
         for s in scenario.steps:
-            for name, length in (("warmup", s.warmup_s), ("measure", s.measure_s), ("drain", s.drain_s)):
+            for name, length in (("count", s.count_s if count else 0.0), ("warmup", s.warmup_s),
+                                 ("measure", s.measure_s), ("drain", s.drain_s)):
                 if length <= 0:
                     continue
                 self._phases.append(Phase(s.index, s.concurrency, name, users_for(s, scenario.loop), s.rate, t, t + length))
@@ -77,3 +87,58 @@ class PhaseTracker:
         seq: list[Phase | None] = [old, *phases[i:j], new] if j >= i else [old, new]
         self.current = new
         return new, list(zip(seq[:-1], seq[1:], strict=True))
+
+
+# --- what happens at a phase edge -------------------------------------------------------------------------------
+
+WRITE, CONFIRM, SNAPSHOT = "control", "confirm", "snapshot"
+
+
+@dataclass(frozen=True)
+class EdgeAction:
+    """One thing the load generator does at a phase edge, in order: write the control file (observe on/off, epoch),
+    wait until the server's epoch gauge shows `epoch` (confirm), or snapshot the counters at `edge`."""
+
+    kind: str  # WRITE | CONFIRM | SNAPSHOT
+    step: int
+    concurrency: int
+    phase: str | None = None  # WRITE: the phase that begins with the write
+    edge: str | None = None  # SNAPSHOT: loadtest.records.EDGES
+    observe: bool | None = None  # WRITE
+    epoch: int | None = None  # WRITE, CONFIRM
+
+
+def count_epoch(base: int, step: int, observe: bool) -> int:
+    """The epoch of a window's control write: two per level (observer on at the count edge, off at the warm-up edge),
+    after the window's base, so every write of a server start has a new, increasing epoch."""
+    return base + 2 * step + (1 if observe else 2)
+
+
+def epochs_per_window(levels: int) -> int:
+    return 2 * levels
+
+
+def edge_actions(old: Phase | None, new: Phase | None, epoch_base: int | None) -> list[EdgeAction]:
+    """The actions of one transition old -> new: first those that close `old`, then those that open `new`.
+
+    Leaving a count phase: snapshot count_end, then the observer off (epoch base+2s+2). Leaving measure: snapshot end.
+    Entering a count phase: the observer on with the window's variant (epoch base+2s+1), confirm it, snapshot
+    count_start. Entering measure: snapshot start. Without a control file (epoch_base None) there are no count phases,
+    so only the measure snapshots remain."""
+    out: list[EdgeAction] = []
+    if old is not None and old.phase == "count":
+        out.append(EdgeAction(SNAPSHOT, old.step, old.concurrency, edge="count_end"))
+        if epoch_base is not None:
+            out.append(EdgeAction(WRITE, old.step, old.concurrency, phase=new.phase if new else "warmup",
+                                  observe=False, epoch=count_epoch(epoch_base, old.step, False)))
+    if old is not None and old.phase == "measure":
+        out.append(EdgeAction(SNAPSHOT, old.step, old.concurrency, edge="end"))
+    if new is not None and new.phase == "count":
+        if epoch_base is not None:
+            epoch = count_epoch(epoch_base, new.step, True)
+            out.append(EdgeAction(WRITE, new.step, new.concurrency, phase="count", observe=True, epoch=epoch))
+            out.append(EdgeAction(CONFIRM, new.step, new.concurrency, epoch=epoch))
+        out.append(EdgeAction(SNAPSHOT, new.step, new.concurrency, edge="count_start"))
+    if new is not None and new.phase == "measure":
+        out.append(EdgeAction(SNAPSHOT, new.step, new.concurrency, edge="start"))
+    return out

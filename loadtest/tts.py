@@ -128,7 +128,8 @@ class TTSUser(User):
 
 
 class TTSShape(LoadTestShape):
-    """Steps of the scenario, each warm-up / measure / drain; the schedule itself is loadtest.shape.Schedule."""
+    """Levels of the scenario, each count (with --control) / warm-up / measure / drain; the schedule itself is
+    loadtest.shape.Schedule, the edge actions loadtest.shape.edge_actions."""
 
     def tick(self):
         return _session.tick(self.get_run_time())

@@ -195,3 +195,30 @@ def test_serve_sh_without_gpu_runtime(tmp_path):
     assert p.returncode != 0, p.stdout[-2000:]
     assert "gpu" in p.stderr.lower() or "nvidia" in p.stderr.lower(), p.stderr[-2000:]
     assert "run" not in (calls.read_text().split() if calls.exists() else []), "started a container without a GPU"
+
+
+# --- the runner's design, experiment and plan arguments ------------------------------------------------------------
+
+@pytest.mark.parametrize("args, needles", [
+    (["--design", "swap", "--b-sim-set", "model.extra_step_pct=2"], ("hot-swappable",)),
+    (["--design", "nested", "--experiment", "configs/experiments/release-016-fixed-vs-030.yaml"], ("no plugin",)),
+    (["--experiment", "configs/experiments/nope.yaml"], ("nope.yaml", "cannot read")),
+    (["--plan-from", "reports/no-such-pilot"], ("plan.json",)),
+    (["--until-decided", "--max-rounds", "2", "--min-rounds", "3"], ("min-rounds",)),
+    (["--design", "swap", "--count-s", "0"], ("count_s",)),
+    (["--resume", "reports/no-such-run"], ("nothing to resume",)),
+])
+def test_runner_arguments_ab(tmp_path, args, needles):
+    quick = ["--scenario", "configs/scenarios/smoke.yaml", "--levels", "4", "--warmup-s", "1", "--measure-s", "1",
+             "--drain-s", "0", "--rounds", "1", "--aa-rounds", "0"]  # should a refusal regress, the run is short
+    one_error(ab(tmp_path, *args, *quick), *needles)
+    nothing_written(tmp_path)
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
+    p = ab(tmp_path, "--experiment", "configs/experiments/sim/mission-sim.yaml", "--design", "nested", "--starts", "2",
+           "--dry-run")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "SIMULATED" in p.stdout and "-m ttssim" in p.stdout and "design nested" in p.stdout
+    assert "start 1 (A)" in p.stdout and "nothing was run or written" in p.stdout
+    nothing_written(tmp_path)

@@ -45,7 +45,7 @@ def check_run(run_dir: Path, concurrencies, variant=None):
         assert 0 < r.ttfa_s <= r.e2e_s and r.audio_s == pytest.approx(r.bytes / 48000)
         assert r.rtf == pytest.approx(r.e2e_s / r.audio_s) and r.bucket in ("short", "medium")
     man = json.loads((run_dir / "manifest.json").read_text())
-    assert man["schema"] == "tts-run/1" and man["run_id"] == run_dir.name and man["requests_lines"] == len(recs)
+    assert man["schema"] == "tts-run/2" and man["run_id"] == run_dir.name and man["requests_lines"] == len(recs)
     return recs, man
 
 
@@ -64,7 +64,7 @@ def test_headless_against_the_simulator(tmp_path):
     assert all(s["ok"] and s["samples"] for s in snaps)
     assert [d["concurrency"] for d in deltas] == [4, 8]
     for d in deltas:
-        assert d["schema"] == "tts-counters/1" and d["variant"] == "fixed" and d["syncs_per_call"] == 5
+        assert d["schema"] == "tts-counters/2" and d["window"] == "measure" and d["variant"] == "fixed" and d["syncs_per_call"] == 5
         assert d["syncs_per_step"] == pytest.approx(75) and d["requests_finished"] > 0
         # the 3 s measure window, between two scrapes that the shape's 1 s tick places (generous for a loaded box)
         assert 1.0 < d["duration_s"] < 10.0

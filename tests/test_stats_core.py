@@ -30,13 +30,14 @@ def test_known_effect_detected(tmp_path):
 
 
 def test_aa_rarely_claims(tmp_path):
-    """20 synthetic A/A experiments: a headline claim at most 3 times (P = 1.6 % at a true 5 % rate)."""
+    """60 synthetic A/A experiments: a headline claim at most 7 times (P = 1.1 % at a true 5 % rate; the precise
+    rate is tools/verdict_synthetic.py's, over 10,000 experiments)."""
     claims = 0
-    for seed in range(20):
+    for seed in range(60):
         run = make_run(tmp_path / f"r{seed}", rounds=5, slow_b=0.0, noise=0.005, seed=seed, levels=(8, 16))
         _, comp = summarize(run)
         claims += comp["headline"]["kind"] in ("faster", "slower", "mixed")
-    assert claims <= 3
+    assert claims <= 7
 
 
 def test_wide_interval_is_inconclusive_with_rounds_needed(tmp_path):
@@ -49,8 +50,8 @@ def test_wide_interval_is_inconclusive_with_rounds_needed(tmp_path):
 
 def test_manipulation_check_excludes_block_loudly(tmp_path):
     run = make_run(tmp_path / "r", rounds=3)
-    # the A block of round 1 (variant original) shows the fixed signature
-    bad = next(p for p in (run / "blocks").iterdir() if "-r1-ab-A" in p.name)
+    # the A window of the first A/B round (variant original) shows the fixed signature
+    bad = next(p for p in sorted((run / "blocks").iterdir()) if "-ab-A" in p.name)
     lines = [json.loads(x) for x in (bad / "counters.jsonl").read_text().splitlines()]
     for x in lines:
         if x["kind"] == "delta":

@@ -1,0 +1,191 @@
+"""Server telemetry during a window: blocks/<id>/telemetry.jsonl (records.TelemetrySample) at 2 Hz or more.
+
+Two sources, each written where it can be read: "nvml" (nvidia-ml-py: utilisation, SM clock, memory used and power
+of every GPU, when NVML initialises on this host) and "process" (the server's process tree from /proc: CPU % of one
+core summed over its processes, and resident memory). The statistics average them over each level's measure
+window. A Docker server's processes live in the container, which the host's /proc tree of `docker/serve.sh` does not
+reach: there the process source sees only the docker client, and `note` says so. The sampler never raises into the
+run: an error is logged once and sampling goes on (or stops quietly).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadtest.records import JsonlWriter, TelemetrySample
+
+log = logging.getLogger("loadtest.telemetry")
+INTERVAL_S = 0.5  # 2 Hz: the contract's minimum rate
+MIB = 2**20
+
+
+class Nvml:
+    """The GPUs through nvidia-ml-py; `open()` returns None where NVML does not initialise (no driver, no GPU)."""
+
+    def __init__(self, lib, handles: list):
+        self.lib, self.handles = lib, handles
+
+    @classmethod
+    def open(cls, lib=None) -> Nvml | None:
+        try:
+            if lib is None:
+                import pynvml as lib  # nvidia-ml-py
+            lib.nvmlInit()
+            return cls(lib, [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())])
+        except Exception as e:  # ImportError, NVMLError_LibraryNotFound / DriverNotLoaded, ...
+            log.info("NVML not available (%s): no GPU telemetry", type(e).__name__)
+            return None
+
+    def read(self, t: float) -> list[TelemetrySample]:
+        out = []
+        lib = self.lib
+        for i, h in enumerate(self.handles):
+            out.append(TelemetrySample(
+                t=t, source="nvml", gpu=i,
+                gpu_util_pct=_try(lambda h=h: float(lib.nvmlDeviceGetUtilizationRates(h).gpu)),
+                sm_clock_mhz=_try(lambda h=h: float(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM))),
+                mem_used_mib=_try(lambda h=h: lib.nvmlDeviceGetMemoryInfo(h).used / MIB),
+                power_w=_try(lambda h=h: lib.nvmlDeviceGetPowerUsage(h) / 1000.0)))
+        return out
+
+
+def _try(fn: Callable[[], float]) -> float | None:
+    try:
+        return fn()
+    except Exception:  # a counter this GPU does not support (power on some boards): unknown, not an error
+        return None
+
+
+class ProcessTree:
+    """CPU time and resident memory of a process and all its descendants, from /proc (Linux)."""
+
+    def __init__(self, root_pid: int, proc: str | os.PathLike = "/proc"):
+        self.root = root_pid
+        self.proc = Path(proc)
+        self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._last: tuple[float, dict[tuple[int, str], float]] | None = None
+
+    def _stat(self, pid: int) -> tuple[int, str, float] | None:
+        """(ppid, start time, utime + stime in ticks) of one process; None when it is gone."""
+        try:
+            text = (self.proc / str(pid) / "stat").read_text()
+        except OSError:
+            return None
+        rest = text[text.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
+        return int(rest[1]), rest[19], float(rest[11]) + float(rest[12])
+
+    def pids(self) -> list[int]:
+        """The root and its descendants (alive now)."""
+        children: dict[int, list[int]] = {}
+        for p in self.proc.iterdir():
+            if p.name.isdigit():
+                st = self._stat(int(p.name))
+                if st is not None:
+                    children.setdefault(st[0], []).append(int(p.name))
+        out, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            if (self.proc / str(pid)).exists():
+                out.append(pid)
+            todo += children.get(pid, [])
+        return out
+
+    def read(self, t: float) -> TelemetrySample | None:
+        """One sample: CPU % since the last read (None on the first) and RSS now; None once the tree is gone."""
+        cpu: dict[tuple[int, str], float] = {}
+        rss = 0.0
+        for pid in self.pids():
+            st = self._stat(pid)
+            if st is None:
+                continue
+            cpu[(pid, st[1])] = st[2]
+            try:
+                rss += int((self.proc / str(pid) / "statm").read_text().split()[1]) * self.page
+            except (OSError, IndexError, ValueError):
+                pass
+        if not cpu:
+            return None
+        pct = None
+        if self._last is not None and t > self._last[0]:
+            t0, before = self._last
+            used = sum(v - before.get(k, 0.0) for k, v in cpu.items())  # a process born since counts from zero
+            pct = 100.0 * used / self.ticks / (t - t0)
+        self._last = (t, cpu)
+        return TelemetrySample(t=t, source="process", cpu_pct=pct, rss_mib=rss / MIB)
+
+
+class Telemetry:
+    """`with Telemetry(path, pid): ...` samples every interval_s on a thread: one sample at the start, one at the
+    stop, and the ones in between; every line flushed."""
+
+    def __init__(self, path: str | os.PathLike, root_pid: int | None, *, interval_s: float = INTERVAL_S,
+                 nvml: Nvml | None = None, proc: str | os.PathLike = "/proc", clock: Callable[[], float] = time.time):
+        self.path = Path(path)
+        self.interval_s = interval_s
+        self.nvml = nvml
+        self.tree = ProcessTree(root_pid, proc) if root_pid is not None and Path(proc).is_dir() else None
+        self.clock = clock
+        self.samples = 0
+        self.errors: list[str] = []
+        self._writer: JsonlWriter | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> None:
+        """Read every source once and append its lines; an error is logged once and never raised."""
+        try:
+            if self._writer is None:
+                self._writer = JsonlWriter(self.path)
+            t = self.clock()
+            rows = self.nvml.read(t) if self.nvml is not None else []
+            proc = self.tree.read(t) if self.tree is not None else None
+            for row in rows + ([proc] if proc is not None else []):
+                self._writer.write(row.to_dict())
+                self.samples += 1
+        except Exception as e:
+            if not self.errors:
+                log.error("telemetry sampler: %s: %s (sampling goes on; later errors are not logged)",
+                          type(e).__name__, e)
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample_once()
+
+    def start(self) -> Telemetry:
+        self.sample_once()
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample_once()
+        if self._writer is not None:
+            self._writer.close()
+
+    def __enter__(self) -> Telemetry:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def describe(nvml: Nvml | None, backend: str) -> dict[str, Any]:
+    """What the run's telemetry can and cannot see (the manifest records it)."""
+    gpus = len(nvml.handles) if nvml is not None else 0
+    process = ("the server's process tree (the simulator)" if backend == "sim" else
+               "not available: the server runs in a Docker container whose processes the host's /proc tree of "
+               "docker/serve.sh does not reach (the samples show the docker client only)")
+    return {"schema_of_lines": "records.TelemetrySample", "interval_s": INTERVAL_S,
+            "nvml": f"{gpus} GPU(s)" if gpus else "not available (NVML did not initialise: no driver or no GPU)",
+            "process": process}

@@ -1,0 +1,189 @@
+"""The runner's round logic (unit tier, no process started): a failed window reruns its whole round at once in a new
+attempt, resume runs what is not done (per window in fresh, per round in swap/nested), the sequential look decides
+when to stop (with a stub in place of `python -m ttsreport --look`), and the hot-swap records: the switch confirmed
+from the counters, requests that spanned it, the last snapshot the evidence check reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from loadtest import ab, plan, records, runner
+from loadtest.design import rounds_of
+from tts_predictor import metrics as m
+
+
+@pytest.fixture
+def make_runner(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+
+    def make(*args):
+        a = ab.parse_args(["--out", str(tmp_path), "--name", f"r{len(list(tmp_path.iterdir()))}", "--sim-config",
+                           "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--seed", "5", *args])
+        run, manifest = plan.new_run(a)
+        return runner.Runner(run, manifest, progress=lambda line: None)
+    return make
+
+
+class Script:
+    """run_window stand-in: statuses by (block_id, attempt) (default complete); writes block.json like the runner."""
+
+    def __init__(self, r, outcomes=None):
+        self.r, self.outcomes, self.calls = r, outcomes or {}, []
+
+    def __call__(self, i, w, attempt):
+        self.calls.append((w["block_id"], attempt))
+        status = self.outcomes.get((w["block_id"], attempt), "complete")
+        meta = records.BlockRecord(block_id=w["block_id"], round=w["round"], kind=w["kind"], arm=w["arm"],
+                                   variant=w["variant"], attempt=attempt, status=status,
+                                   reason=None if status == "complete" else f"{status} on purpose")
+        bdir = self.r.run / "blocks" / w["block_id"]
+        bdir.mkdir(parents=True, exist_ok=True)
+        records.write_json(bdir / "block.json", meta.to_dict())
+        return meta.to_dict()
+
+
+def test_a_failed_window_reruns_its_whole_round_at_once(make_runner, monkeypatch):
+    r = make_runner("--rounds", "2", "--aa-rounds", "0")
+    rounds = rounds_of(r.m["plan"])
+    first, second = rounds[0]
+    script = Script(r, {(second["block_id"], 0): "failed"})
+    monkeypatch.setattr(r, "run_window", script)
+    r.run_round(rounds[0], *r.todo(rounds[0]))
+    # both windows again, in order, at once, attempt 1 (the complete one too: a pair belongs together)
+    assert script.calls == [(first["block_id"], 0), (second["block_id"], 0), (first["block_id"], 1),
+                            (second["block_id"], 1)]
+    assert r.m["reruns"] == [{"round": 0, "attempt": 1, "because": f"{second['block_id']}: failed on purpose"}]
+    assert r.todo(rounds[0]) is None  # done
+
+
+def test_a_round_that_keeps_failing_runs_out_its_last_attempt_and_is_not_retried(make_runner, monkeypatch):
+    r = make_runner("--rounds", "1", "--aa-rounds", "0")
+    (rnd,) = rounds_of(r.m["plan"])
+    first, second = rnd
+    script = Script(r, {(first["block_id"], 0): "failed", (first["block_id"], 1): "failed"})
+    monkeypatch.setattr(r, "run_window", script)
+    r.run_round(rnd, *r.todo(rnd))
+    # attempt 0 stops at the failure; the last attempt runs the whole round, so the healthy arm's data exists
+    assert script.calls == [(first["block_id"], 0), (first["block_id"], 1), (second["block_id"], 1)]
+    assert r.todo(rnd) is None  # failed FAILED_RERUNS_MAX + 1 times: given up, also on a resume
+
+
+def test_resume_runs_windows_in_fresh_and_whole_rounds_when_the_arms_share_a_start(make_runner, monkeypatch):
+    for design, expect_both in (("fresh", False), ("swap", True)):
+        r = make_runner("--rounds", "1", "--aa-rounds", "0", "--design", design)
+        (rnd,) = rounds_of(r.m["plan"])
+        script = Script(r, {(rnd[1]["block_id"], 0): "interrupted"})
+        monkeypatch.setattr(r, "run_window", script)
+        r.run_round(rnd, *r.todo(rnd))
+        todo, attempt = r.todo(rnd)
+        assert attempt == 0  # an interruption is no failure
+        assert [w["block_id"] for w in todo] == [w["block_id"] for w in (rnd if expect_both else rnd[1:])]
+
+
+def _look(r, monkeypatch, lines, rc=0):
+    """Stub `python -m ttsreport <run> --look`: appends the next line to looks.jsonl."""
+    seq = iter(lines)
+
+    def fake_run(cmd, **kw):
+        assert cmd[-3:] == ["ttsreport", str(r.run), "--look"] and kw.get("timeout")
+        line = next(seq)
+        with open(r.run / "looks.jsonl", "a") as f:
+            f.write(json.dumps({"schema": records.LOOK_SCHEMA, **line}) + "\n")
+        return subprocess.CompletedProcess(cmd, rc, "", "error: no --look here" if rc else "")
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+
+
+def test_sequential_look_stops_only_after_the_minimum_and_every_aa_round(make_runner, monkeypatch):
+    r = make_runner("--until-decided", "--max-rounds", "6", "--min-rounds", "2", "--aa-rounds", "1")
+    rounds = rounds_of(r.m["plan"])
+    aa_round = next(i for i, x in enumerate(rounds) if x[0]["kind"] == "aa")
+    assert aa_round < 1 + 2  # placed before the earliest stop
+    stop = {"stop": True, "reason": "CI excludes 0 at every level", "kind": "ab"}
+    _look(r, monkeypatch, [stop] * 7)
+    decided = None
+    for i, windows in enumerate(rounds):
+        if r.look(windows):
+            decided = i
+            break
+    ab_before = sum(1 for x in rounds[:decided + 1] if x[0]["kind"] == "ab")
+    assert ab_before == 2 and decided == 2  # 1 A/A + 2 A/B rounds: the minimum
+    seq = r.m["sequential"]
+    assert seq["stopped"]["after_round"] == 2 and seq["stopped"]["reason"] == stop["reason"] and seq["looks"] == 3
+    assert len(seq["ignored_stops"]) == 2
+    assert {w["round"] for w in r.m["plan"]} == {0, 1, 2} and {w["round"] for w in r.m["plan_not_run"]} == {3, 4, 5, 6}
+    assert json.loads((r.run / "manifest.json").read_text())["sequential"]["stopped"]["after_round"] == 2
+
+
+def test_sequential_look_that_fails_or_says_go_on_never_stops(make_runner, monkeypatch, capsys):
+    r = make_runner("--until-decided", "--max-rounds", "3", "--aa-rounds", "0")
+    _look(r, monkeypatch, [{"stop": False, "reason": "not yet"}] * 3)
+    assert not any(r.look(w) for w in rounds_of(r.m["plan"]))
+    r2 = make_runner("--until-decided", "--max-rounds", "3", "--aa-rounds", "0")
+    _look(r2, monkeypatch, [{"stop": True}] * 3, rc=2)
+    assert not any(r2.look(w) for w in rounds_of(r2.m["plan"]))
+    assert len(r2.m["sequential"]["look_errors"]) == 3 and "no --look here" in r2.m["sequential"]["look_errors"][0][
+        "error"]
+    assert capsys.readouterr().err.count("sequential look failed") == 1
+
+
+def _snap(t, epoch, active, ok=True):
+    return {"kind": "snapshot", "t": t, "ok": ok, "edge": "count_start",
+            "samples": {m.CONTROL_EPOCH: epoch, f'{m.ACTIVE_VARIANT}{{variant="{active}"}}': 1.0,
+                        f'{m.CALLS}{{variant="{active}"}}': 30.0}}
+
+
+def test_switch_confirmed_from_the_first_snapshot_that_shows_it():
+    counters = [_snap(9.0, 4, "original"),
+                {"kind": "control", "t": 10.0, "variant": "fixed", "epoch": 5, "observe": True, "phase": "count"},
+                _snap(10.2, 4, "original"), _snap(10.4, 5, "fixed", ok=False), _snap(10.5, 5, "fixed"),
+                {"kind": "control", "t": 11.0, "variant": "fixed", "epoch": 6, "observe": False, "phase": "warmup"},
+                _snap(11.5, 6, "fixed")]
+    sw = runner.switch_record(counters, "b1")
+    assert sw == {"t": 10.0, "variant": "fixed", "epoch": 5, "confirmed_t": 10.5, "block_id": "b1"}
+    assert runner.switch_record(counters[:3], "b1")["confirmed_t"] is None
+    assert runner.switch_record([_snap(1, 0, "original")], "b1") is None
+    rows = runner.last_snapshot_rows(counters)
+    assert (m.CONTROL_EPOCH, {}, 6.0) in rows and (m.CALLS, {"variant": "fixed"}, 30.0) in rows
+
+
+def test_requests_that_span_a_switch_are_counted():
+    sw = [{"t": 10.0, "confirmed_t": 10.5}]
+    reqs = [{"t_start": 9.0, "e2e_s": 1.2, "phase": "count"},  # ran through the switch
+            {"t_start": 10.4, "e2e_s": None, "phase": "count"},  # failed at once, inside it
+            {"t_start": 10.6, "e2e_s": 3.0, "phase": "measure"},  # after it
+            {"t_start": 5.0, "e2e_s": 4.0, "phase": "warmup"}]  # before it
+    assert runner.spanning(reqs, sw) == {"total": 2, "measure": 0}
+    assert runner.spanning([{"t_start": 9.9, "e2e_s": 1.0, "phase": "measure"}], sw) == {"total": 1, "measure": 1}
+    assert runner.spanning(reqs, []) == {"total": 0, "measure": 0}
+
+
+def test_locust_command_of_a_window(tmp_path):
+    cmd = runner.locust_cmd(tmp_path, "http://127.0.0.1:1", "fixed", tmp_path / "control.json", 12, 2.5)
+    assert cmd[cmd.index("--exit-code-on-error") + 1] == "0" and cmd[cmd.index("--request-timeout") + 1] == "2.5"
+    assert cmd[cmd.index("--scenario") + 1] == str(tmp_path / "scenario.yaml")
+    assert cmd[cmd.index("--control") + 1] == str(tmp_path / "control.json") and "12" in cmd
+    bare = runner.locust_cmd(tmp_path, "http://127.0.0.1:1", None, None, None, None)
+    assert not {"--control", "--variant", "--request-timeout"} & set(bare)  # an arm without the plugin
+
+
+def test_pilot_asks_the_statistics_for_the_plan_and_prints_it(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--target-halfwidth-pct" in cmd:
+            return subprocess.CompletedProcess(cmd, 2, "", "error: the pilot has no valid start")
+        return subprocess.CompletedProcess(cmd, 0, "S=6 starts x W=3 pairs: half-width 0.9 %\n", "")
+
+    monkeypatch.setattr(ab.subprocess, "run", fake_run)
+    assert ab.pilot_plan(tmp_path, None) == 0
+    out = capsys.readouterr().out
+    assert "S=6 starts" in out and f"PLAN_FROM={tmp_path}" in out
+    assert calls[0][-3:] == ["ttsreport", str(tmp_path), "--plan"]
+    assert ab.pilot_plan(tmp_path, 0.5) == 1
+    assert calls[1][-2:] == ["--target-halfwidth-pct", "0.5"]
+    assert "the pilot has no valid start" in capsys.readouterr().err

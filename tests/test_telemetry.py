@@ -1,0 +1,112 @@
+"""Server telemetry (loadtest/telemetry.py): NVML per GPU through a fake library, the process tree from a fake /proc
+with known CPU ticks, the sampler's thread, and errors that are logged once and never raised."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from loadtest import records
+from loadtest.telemetry import MIB, Nvml, ProcessTree, Telemetry, describe
+
+
+def write_proc(root, pid, ppid, ticks, rss_pages, start="100"):
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    # pid (comm) state ppid ... field 14 utime, 15 stime, 22 starttime; the name holds a space and a ')'
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0"] + ["0"] * 6 + [start] + ["0"] * 20
+    (d / "stat").write_text(f"{pid} (py thon) x) " + " ".join(fields) + "\n")
+    (d / "statm").write_text(f"1000 {rss_pages} 0 0 0 0 0\n")
+
+
+def test_process_tree_cpu_and_rss_from_proc(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 10, 1, ticks=100, rss_pages=256)
+    write_proc(proc, 11, 10, ticks=50, rss_pages=512)  # a child
+    write_proc(proc, 12, 11, ticks=0, rss_pages=256)  # a grandchild
+    write_proc(proc, 99, 1, ticks=999, rss_pages=9999)  # not in the tree
+    tree = ProcessTree(10, proc)
+    assert sorted(tree.pids()) == [10, 11, 12]
+    first = tree.read(100.0)
+    assert first.source == "process" and first.cpu_pct is None  # no interval yet
+    assert first.rss_mib == (256 + 512 + 256) * tree.page / MIB
+    write_proc(proc, 10, 1, ticks=100 + tree.ticks // 2, rss_pages=256)  # half a core-second ...
+    write_proc(proc, 11, 10, ticks=50 + tree.ticks // 2, rss_pages=512)  # ... twice
+    second = tree.read(101.0)
+    assert abs(second.cpu_pct - 100.0 * (tree.ticks // 2) * 2 / tree.ticks) < 1e-9
+    for pid in (10, 11, 12):
+        (proc / str(pid) / "stat").unlink()
+    assert tree.read(102.0) is None  # the tree is gone
+
+
+class FakeNvml:
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, fail_power=False):
+        self.fail_power = fail_power
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=40 + h)
+
+    def nvmlDeviceGetClockInfo(self, h, which):
+        assert which == self.NVML_CLOCK_SM
+        return 1980
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(used=(h + 1) * 1024 * MIB)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        if self.fail_power:
+            raise RuntimeError("not supported")
+        return 350_000
+
+
+class BrokenNvml(FakeNvml):
+    def nvmlInit(self):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+
+def test_nvml_per_gpu_and_unsupported_counters_are_unknown():
+    nv = Nvml.open(FakeNvml(fail_power=True))
+    rows = nv.read(5.0)
+    assert [(r.gpu, r.gpu_util_pct, r.sm_clock_mhz, r.mem_used_mib) for r in rows] == [(0, 40, 1980, 1024),
+                                                                                     (1, 41, 1980, 2048)]
+    assert all(r.power_w is None and r.source == "nvml" for r in rows)
+    assert Nvml.open(FakeNvml()).read(0)[0].power_w == 350.0
+    assert Nvml.open(BrokenNvml()) is None  # no driver: the process source only
+    assert "not available" in describe(None, "sim")["nvml"] and "2 GPU" in describe(nv, "vllm")["nvml"]
+    assert "not available" in describe(nv, "vllm")["process"]  # a container's processes are out of the host's sight
+
+
+def test_sampler_writes_the_contract_and_never_raises(tmp_path, caplog):
+    out = tmp_path / "telemetry.jsonl"
+    t = Telemetry(out, os.getpid(), interval_s=0.01, nvml=Nvml.open(FakeNvml()))
+    with t:
+        pass
+    rows, notes = records.read_jsonl(out, records.TELEMETRY_SCHEMA)
+    assert not notes and len(rows) >= 2 * 3  # a sample at the start and at the stop: 2 GPUs + this process each
+    assert {r["source"] for r in rows} == {"nvml", "process"}
+    assert set(rows[0]) == {"schema", *records.TelemetrySample.__dataclass_fields__}
+    assert any(r["rss_mib"] and r["rss_mib"] > 1 for r in rows if r["source"] == "process")
+
+    class Exploding(Nvml):
+        def read(self, t):
+            raise RuntimeError("GPU fell off the bus")
+
+    bad = Telemetry(tmp_path / "bad.jsonl", None, interval_s=0.01, nvml=Exploding(None, []))
+    bad.start()
+    bad.stop()
+    assert len(bad.errors) >= 2 and caplog.text.count("GPU fell off the bus") == 1  # logged once
+    gone = Telemetry(tmp_path / "x" / "t.jsonl", 2**22 + 12345, interval_s=0.01)  # no such pid: no line, no error
+    gone.start()
+    gone.stop()
+    assert not gone.errors and not (tmp_path / "x" / "t.jsonl").read_text()
