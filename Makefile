@@ -27,6 +27,8 @@ MIN_ROUNDS ?=
 PILOT ?=
 PLAN_FROM ?=
 TARGET_HALFWIDTH_PCT ?=
+SIM_SET ?=
+B_SIM_SET ?=
 QUICK ?=
 RESUME ?=
 DRY_RUN ?=
@@ -43,7 +45,7 @@ help:
 	@echo "make ab        A=original B=fixed | EXPERIMENT=configs/experiments/<x>.yaml [SIMULATE=1] [DRY_RUN=1]"
 	@echo "               BACKEND=sim|vllm DESIGN=fresh|swap|nested [STARTS=S PAIRS=W] ROUNDS=3 AA_ROUNDS=1 SEED=..."
 	@echo "               [UNTIL=decided MAX_ROUNDS=N MIN_ROUNDS=M] [PILOT=1 [TARGET_HALFWIDTH_PCT=1]] [PLAN_FROM=reports/<pilot>]"
-	@echo "               SCENARIO=... [RESUME=reports/<run>]"
+	@echo "               SCENARIO=... [SIM_SET='k=v ...'] [B_SIM_SET='model.extra_step_pct=1' (known answer)] [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
 	@echo "make bench-sim / bench-load   simulator fidelity / load-generator overhead benchmarks (reports/bench/)"
@@ -113,6 +115,7 @@ ab: $(STAMP)
 		$(if $(MIN_ROUNDS),--min-rounds $(MIN_ROUNDS),) $(if $(PILOT),--pilot,) \
 		$(if $(TARGET_HALFWIDTH_PCT),--target-halfwidth-pct $(TARGET_HALFWIDTH_PCT),) \
 		$(if $(PLAN_FROM),--plan-from $(PLAN_FROM),) $(if $(SCENARIO),--scenario $(SCENARIO),) \
+		$(foreach kv,$(SIM_SET),--sim-set $(kv)) $(foreach kv,$(B_SIM_SET),--b-sim-set $(kv)) \
 		$(if $(DRY_RUN),--dry-run,))
 
 demo: $(STAMP)

@@ -89,10 +89,10 @@ def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: i
             plan.append({"block_id": block_id, "round": r, "kind": kind, "arm": arm,
                          "variant": a if spec == "A" else b, "spec": spec, "start": start, "position": position,
                          "levels": level_order(levels, seed, block_id) if levels else []})
-    prev: dict[int, str | None] = {}
-    for w in plan:
-        w["switch"] = design in SWAPPED and w["start"] in prev and prev[w["start"]] != w["variant"]
-        prev[w["start"]] = w["variant"]
+    prev: dict[int, str] = {}  # a switch: the start's previous window ran the other arm's settings (variant, or a
+    for w in plan:  # known-answer run's hot-swapped simulator settings)
+        w["switch"] = design in SWAPPED and w["start"] in prev and prev[w["start"]] != w["spec"]
+        prev[w["start"]] = w["spec"]
     return plan
 
 

@@ -30,6 +30,7 @@ from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_p
 from loadtest.records import AB_SCHEMA, write_json
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
+from ttssim.config import HOT_SETTINGS, hot_values, load_config, setting_key  # plain YAML + dataclasses
 
 ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
@@ -211,9 +212,12 @@ def hot_swap_problem(a: ex.Arm, b: ex.Arm) -> str | None:
     if a.backend != b.backend:
         return f"the arms run on different backends ({a.backend}, {b.backend})"
     if a.backend == "sim":
-        for what in ("config", "set"):
-            if getattr(a.sim, what) != getattr(b.sim, what):
-                return f"the simulator's {what} differs ({getattr(a.sim, what)!r} vs {getattr(b.sim, what)!r})"
+        if a.sim.config != b.sim.config:
+            return f"the simulator's config differs ({a.sim.config!r} vs {b.sim.config!r})"
+        cold_a, cold_b = cold_sets(a), cold_sets(b)
+        if cold_a != cold_b:
+            return (f"the simulator's settings differ beyond the hot-swappable {list(HOT_SETTINGS)} "
+                    f"({list(cold_a)!r} vs {list(cold_b)!r})")
         return None
     for what in ("vllm_omni", "base_image", "stages", "deploy", "server_args", "env"):
         if getattr(a, what) != getattr(b, what):
@@ -221,13 +225,25 @@ def hot_swap_problem(a: ex.Arm, b: ex.Arm) -> str | None:
     return None
 
 
+def cold_sets(arm: ex.Arm) -> tuple[str, ...]:
+    """A simulator arm's overrides that need a restart (all but ttssim.config.HOT_SETTINGS)."""
+    return tuple(s for s in (arm.sim.set if arm.sim else ()) if setting_key(s) not in HOT_SETTINGS)
+
+
+def hot_sim(arm: ex.Arm) -> dict[str, float] | None:
+    """The hot-swappable simulator settings an arm's windows write into the control file's "sim" object (designs
+    swap and nested: two arms that differ only in them share a server start); None for an arm without them."""
+    if arm.backend != "sim" or arm.sim is None:
+        return None
+    cfg = load_config(ROOT / arm.sim.config if arm.sim.config else None, list(arm.sim.set))
+    return hot_values(cfg)
+
+
 def ready_timeout(exp: ex.Experiment) -> float:
     """Seconds from launch to /health: the simulator's own start plus its modelled start-up; vllm: weights, compile
     and CUDA graphs (images and model are prepared before, outside this)."""
     if any(a.backend == "vllm" for a in exp.arms.values()):
         return float(ex.HEALTH_TIMEOUT_S)
-    from ttssim.config import load_config  # plain YAML; imported here so `import loadtest.ab` stays light
-
     startup = 0.0
     for arm in exp.arms.values():
         try:

@@ -42,6 +42,7 @@ from loadtest.plan import (
     arms_of,
     experiment_for,
     has_control,
+    hot_sim,
     utc,
     window_scenario,
     window_seconds,
@@ -132,7 +133,7 @@ def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
 
 
 def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, epoch: int | None,
-               request_timeout_s: float | None) -> list[str]:
+               request_timeout_s: float | None, control_sim: dict | None = None) -> list[str]:
     """Locust headless over the window's own scenario; failed requests never set its exit code (they are data)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
            "--host", url, "--scenario", str(bdir / "scenario.yaml"), "--run-dir", str(bdir),
@@ -142,6 +143,8 @@ def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, 
         cmd += ["--variant", variant]
     if control is not None:
         cmd += ["--control", str(control), "--control-epoch", str(epoch or 0)]
+        if control_sim:
+            cmd += ["--control-sim", json.dumps(control_sim, sort_keys=True)]
     if request_timeout_s:
         cmd += ["--request-timeout", f"{request_timeout_s:g}"]
     return cmd
@@ -169,6 +172,7 @@ class Start:
     url: str
     control: Path | None
     variant: str | None  # what the control file names now
+    spec: str | None = None  # whose settings it names now (the arm; in a known-answer run the variants are the same)
     next_epoch: int = 1
 
     def save(self) -> None:
@@ -248,6 +252,11 @@ class Runner:
         ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
         return max(ids, default=-1) + 1
 
+    def _hot_sim(self, w: dict) -> dict | None:
+        """The simulator settings a window's control writes carry: its arm's hot-swappable values, in designs that
+        share a start between the arms (so a switch sets them, and switching back resets them)."""
+        return hot_sim(self.arms[w["spec"]]) if self.design["name"] in SWAPPED else None
+
     def _start_arm(self, w: dict) -> str:
         """The arm whose server a window's start runs: arm A's for a start shared by both arms (hot swap)."""
         return "A" if self.design["name"] in SWAPPED else w["spec"]
@@ -270,7 +279,9 @@ class Runner:
         record = rec.StartRecord(start=n, arm=side, started=utc(), reason="start in progress (runner stopped)")
         rec.write_json(sdir / "start.json", record.to_dict())
         if control is not None:  # no count phase: the observer stays on, the version-1 way (timing windows see it)
-            write_control(control, w["variant"], observe=self.scenario.steps[0].count_s <= 0, epoch=0)
+            hot = self._hot_sim(w)
+            write_control(control, w["variant"], observe=self.scenario.steps[0].count_s <= 0, epoch=0,
+                          **({"sim": hot} if hot else {}))
         server = ServerProcess(server_spec(self.exp, arm, sdir, control is not None), sdir / "server.log").start()
         self.procs.append(server.proc)
         t0 = time.monotonic()
@@ -287,7 +298,8 @@ class Runner:
             raise RuntimeError(str(e)) from None
         record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
         record.status, record.reason = "ready", None
-        self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None)
+        self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None,
+                            w["spec"] if control else None)
         self.active.save()
         return self.active
 
@@ -339,7 +351,7 @@ class Runner:
             st.record.windows.append(w["block_id"])
             st.save()
             count = st.control is not None and self.scenario.steps[0].count_s > 0
-            switch = st.control is not None and st.variant != w["variant"]
+            switch = st.control is not None and st.spec != w["spec"]
             if st.control is not None:
                 meta.epoch = st.next_epoch - 1
                 st.next_epoch += epochs_per_window(len(w["order"]))
@@ -350,7 +362,8 @@ class Runner:
             tele = Telemetry(bdir / "telemetry.jsonl", st.server.proc.pid, nvml=self.nvml or None).start()
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
-                    locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s")),
+                    locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s"),
+                               self._hot_sim(w)),
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
             t_load = time.monotonic()
@@ -403,8 +416,8 @@ class Runner:
                     if sw["confirmed_t"] is None:
                         why = why or (f"hot swap to {w['variant']} (epoch {sw['epoch']}) not confirmed: no snapshot "
                                       "shows the server running it")
-            if writes:  # the file names the window's variant from its first write on
-                st.variant = w["variant"]
+            if writes:  # the file names the window's variant (and its arm's settings) from its first write on
+                st.variant, st.spec = w["variant"], w["spec"]
         meta.requests["spanning"] = spanning(requests, st.record.switches)
         if meta.requests["spanning"]["measure"]:
             why = why or f"{meta.requests['spanning']['measure']} measured requests spanned a switch"

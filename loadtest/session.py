@@ -9,6 +9,7 @@ tts.py only wires Locust events to this. Roles:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -70,6 +71,9 @@ def add_options(parser) -> None:
                         "are no count phases")
     g.add_argument("--control-epoch", type=int, default=0,
                    help="epoch base of this run's control writes (each level writes base+2i+1 and base+2i+2)")
+    g.add_argument("--control-sim", default="",
+                   help='JSON object written as the control file\'s "sim" settings (the simulator\'s hot-swappable '
+                        'known-answer delays, e.g. {"model.extra_step_pct": 1.0}; the A/B runner sets it)')
 
 
 def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep, check=health) -> None:
@@ -149,13 +153,21 @@ class Session:
                 raise ValueError(f"--control {control}: no such folder")
             if o.control_epoch < 0:
                 raise ValueError("--control-epoch must not be negative")
+        control_sim = None
+        if o.control_sim:
+            try:
+                control_sim = json.loads(o.control_sim)
+            except ValueError:
+                control_sim = None
+            if control is None or not isinstance(control_sim, dict):
+                raise ValueError('--control-sim wants a JSON object and --control, e.g. \'{"model.extra_step_pct": 1}\'')
         if o.ready_timeout:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
             "seed": seed, "variant": o.variant or None, "model": o.model, "host": host, "metrics_urls": targets,
             "timeout_s": o.request_timeout or scenario.timeout_s, "control": control,
-            "control_epoch": o.control_epoch if control else None,
+            "control_epoch": o.control_epoch if control else None, "control_sim": control_sim,
         }
         self.scenario = scenario
         self.tracker = PhaseTracker(Schedule(scenario, count=control is not None))
@@ -194,7 +206,7 @@ class Session:
             self.scraper = Scraper(self.run["metrics_urls"], self.counters_writer.write,
                                    variant_hint=self.run["variant"])
             self.edges = EdgeRunner(self.scraper, self.counters_writer.write, self.run.get("control"),
-                                    self.run["variant"], self.scenario)
+                                    self.run["variant"], self.scenario, sim=self.run.get("control_sim"))
 
     # --- shape (local / master) -------------------------------------------------------------------------
 
@@ -398,11 +410,12 @@ class EdgeRunner:
     the load: a failed write is logged and leaves the file as it was (the manipulation check will show it)."""
 
     def __init__(self, scraper: Scraper, write_line, control: str | None, variant: str | None, scenario: Scenario,
-                 clock=time.time):
+                 clock=time.time, sim: dict | None = None):
         self.scraper = scraper
         self.write_line = write_line
         self.control = control
         self.variant = variant
+        self.extra = {"sim": sim} if sim else {}  # the simulator's hot-swappable settings of this window's arm
         self.clock = clock
         self.pending: list[EdgeAction] = []
         counts = [s.count_s for s in scenario.steps if s.count_s > 0]
@@ -418,7 +431,7 @@ class EdgeRunner:
             if self.control is None:
                 return
             try:
-                write_control(self.control, self.variant, a.observe, epoch=a.epoch)
+                write_control(self.control, self.variant, a.observe, epoch=a.epoch, **self.extra)
             except (OSError, ValueError) as e:
                 log.error("control file %s: write failed (%s); the server keeps its setting", self.control, e)
                 return

@@ -286,3 +286,28 @@ def test_demo_settings_live_in_the_config_files():
     assert (cfg.audio, cfg.server, cfg.faults) == (fast.audio, fast.server, fast.faults)
     for f in (d["scenario"], d["sim_config"]):
         assert (ROOT / f).read_text().startswith("# `make demo`")  # the comments say why
+
+
+@pytest.mark.slow
+def test_known_answer_delay_hot_swapped_inside_one_start(tmp_path):
+    """--a X --b X --b-sim-set model.extra_step_pct=40 with design swap: arm B's delay rides on the control file, both
+    arms share one server start, and the statistics find B slower (the known answer) at every level."""
+    p = subprocess.run([sys.executable, "-m", "loadtest.ab", "--a", "vectorized", "--b", "vectorized",
+                        "--b-sim-set", "model.extra_step_pct=40", "--design", "swap", "--rounds", "3",
+                        "--aa-rounds", "0", "--seed", "7", "--out", str(tmp_path), "--name", "ka", *HOT[:2],
+                        "--levels", "8", *HOT[4:]],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    run = tmp_path / "ka"
+    man = json.loads((run / "manifest.json").read_text())
+    starts = _starts(run)
+    assert list(starts) == [0] and man["design"]["name"] == "swap"
+    planned = [w["block_id"] for w in man["plan"] if w["switch"]]
+    assert planned and [s["block_id"] for s in starts[0]["switches"]] == planned  # switches without a variant change
+    for w in man["plan"]:
+        counters = intact_lines(run / "blocks" / w["block_id"] / "counters.jsonl")
+        sims = {json.dumps(c.get("sim")) for c in counters if c["kind"] == "control"} - {"null"}
+        assert not sims  # the control line records variant/observe/epoch; the "sim" object went into the file only
+    comp = json.loads((run / "comparison.json").read_text())
+    assert comp["headline"]["kind"] == "slower", comp["headline"]["text"]
+    assert 0.6 < comp["headline"]["levels"]["8"]["ratio"] < 0.8  # every step 1.4x longer: throughput x 1/1.4 = 0.714

@@ -234,6 +234,12 @@ def test_step_clock_threshold_is_exclusive_and_buckets_cover_it():
     assert list(M.STEP_INTERVAL_BUCKETS) == sorted(M.STEP_INTERVAL_BUCKETS)
 
 
+def test_extra_keys_ride_along_but_are_no_change_on_their_own():
+    s = parse_control('{"variant": "fixed", "observe": false, "epoch": 3, "sim": {"model.extra_step_pct": 1}}')
+    assert s.extra == {"sim": {"model.extra_step_pct": 1}}
+    assert s == ControlSetting("fixed", False, 3)  # the extras never make a change by themselves: the epoch does
+
+
 def test_step_clock_idle_ends_a_busy_period_whatever_the_gap():
     """A server that knows it went idle (the simulator) says so: a short idle gap is not a step interval."""
     clock = StepClock(None, idle_s=1.0)

@@ -187,8 +187,15 @@ def test_the_experiment_of_a_run():
     assert sim.simulated and (a.variant, b.variant) == ("original", "fixed")
     assert a.sim.config == b.sim.config == "configs/sim/fast.yaml"
     assert a.sim.set == ("model.base_ms=2",) and b.sim.set == ("model.base_ms=2", "model.extra_step_pct=2")
-    assert plan.hot_swap_problem(a, b) == "the simulator's set differs (('model.base_ms=2',) vs ('model.base_ms=2', " \
-                                          "'model.extra_step_pct=2'))"
+    # a known-answer delay is hot-swappable (the control file's "sim" object); any other setting needs a restart
+    assert plan.hot_swap_problem(a, b) is None
+    assert plan.hot_sim(a) == {"model.extra_step_pct": 0.0, "model.extra_step_ms": 0.0}
+    assert plan.hot_sim(b) == {"model.extra_step_pct": 2.0, "model.extra_step_ms": 0.0}
+    cold = plan.experiment_for({"a": "original", "b": "fixed", "simulate": True, "sim_config": "configs/sim/fast.yaml",
+                                "b_sim_set": ["model.base_ms=3"]})
+    assert plan.hot_swap_problem(*plan.arms_of(cold).values()) == (
+        "the simulator's settings differ beyond the hot-swappable ['model.extra_step_pct', 'model.extra_step_ms'] "
+        "([] vs ['model.base_ms=3'])")
     same = plan.experiment_for({"a": "original", "b": "fixed", "simulate": True})
     assert plan.hot_swap_problem(*plan.arms_of(same).values()) is None
     # known answer: the same variant on both sides, B slowed by --b-sim-set
@@ -235,7 +242,7 @@ def test_new_run_writes_the_manifest_of_design_and_experiment(tmp_path, monkeypa
 
 def test_new_run_refuses_what_it_cannot_run_in_one_line(tmp_path):
     cases = [
-        (dict(design="swap", b_sim_set=["model.extra_step_pct=2"]), "needs hot-swappable arms"),
+        (dict(design="swap", b_sim_set=["model.base_ms=3"]), "needs hot-swappable arms"),
         (dict(design="swap", count_s=0.0), "set phases.count_s > 0"),
         (dict(experiment="configs/experiments/sim/mission-sim.yaml", a="fixed"), "--a/--b are the mission shorthand"),
         (dict(experiment="configs/experiments/release-016-fixed-vs-030.yaml", design="nested", dry_run=True),

@@ -120,6 +120,29 @@ def test_observe_switch_stops_and_restarts_the_sampled_observer(controlled_sim):
     assert by_variant(scrape(sim), M.OBSERVED_CALLS)["original"] > by_variant(v3, M.OBSERVED_CALLS)["original"]
 
 
+def test_hot_swappable_known_answer_delay_rides_on_the_control_file(controlled_sim):
+    """The control file's "sim" object sets the simulator's known-answer delay at a step boundary, with the epoch:
+    two arms that differ only in it share one server start (designs swap and nested)."""
+    sim, path = controlled_sim
+    speak(sim)
+    v0 = scrape(sim)
+    assert v0[(M.SIM_INJECTED_SECONDS, ())] == 0
+    write_control(path, "original", True, epoch=2, sim={"model.extra_step_ms": 5.0})
+    v1 = until(sim, lambda v: v[(M.CONTROL_EPOCH, ())] == 2, "epoch 2")
+    speak(sim)
+    v2 = scrape(sim)
+    steps = v2[(M.STEPS, ())] - v1[(M.STEPS, ())]
+    injected = v2[(M.SIM_INJECTED_SECONDS, ())] - v1[(M.SIM_INJECTED_SECONDS, ())]
+    assert steps > 0 and injected == pytest.approx(5e-3 * steps, rel=1e-6)  # 5 ms on every step since the switch
+    write_control(path, "original", True, epoch=3, sim={"model.extra_step_ms": 0.0})  # back, as arm A's windows do
+    v3 = until(sim, lambda v: v[(M.CONTROL_EPOCH, ())] == 3, "epoch 3")
+    speak(sim)
+    assert scrape(sim)[(M.SIM_INJECTED_SECONDS, ())] == v3[(M.SIM_INJECTED_SECONDS, ())]
+    write_control(path, "original", True, epoch=4, sim={"model.base_ms": 9.0})  # not hot-swappable: refused, logged
+    until(sim, lambda v: v[(M.CONTROL_EPOCH, ())] == 4, "epoch 4")
+    assert "not hot-swappable" in sim.log()
+
+
 def test_a_missing_control_file_is_a_clear_start_up_error(tmp_path):
     cmd = [sys.executable, "-m", "ttssim", "--port", "0", "--control", str(tmp_path / "nope.json")]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -138,3 +138,18 @@ def test_audio_length_rule_and_determinism():
     samples = np.frombuffer(pcm, dtype="<i2")
     assert samples.size == 30 * 1920 and np.sqrt(np.mean(samples.astype(float) ** 2)) > 1000
     assert v.pcm(v.frame_index("Other text!", 30)) != pcm
+
+
+def test_hot_settings_apply_known_answer_delays_and_refuse_the_rest():
+    from ttssim.config import HOT_SETTINGS, apply_hot, hot_values, load_config, setting_key
+
+    cfg = load_config(REPO / "configs/sim/fast.yaml")
+    assert hot_values(cfg) == dict.fromkeys(HOT_SETTINGS, 0.0)
+    hot = apply_hot(cfg, {"model.extra_step_pct": 1.5})
+    assert hot.model.extra_step_pct == 1.5 and hot.model.base_ms == cfg.model.base_ms
+    assert hot_values(hot)["model.extra_step_pct"] == 1.5
+    with pytest.raises(ValueError, match="not hot-swappable"):
+        apply_hot(cfg, {"model.base_ms": 3})
+    with pytest.raises(ValueError, match="must not be negative"):
+        apply_hot(cfg, {"model.extra_step_ms": -1})
+    assert setting_key("model.extra_step_pct=2") == "model.extra_step_pct"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .domain import VARIANT_NAMES
@@ -45,11 +45,14 @@ class ControlError(ValueError):
 
 @dataclass(frozen=True)
 class ControlSetting:
-    """What the control file asks for."""
+    """What the control file asks for. `extra`: the file's other keys, untouched (the plugin ignores them; the
+    simulator reads its hot-swappable settings from "sim"). They do not make a change on their own: they are taken
+    up with the next change of variant, observe or epoch (the A/B runner gives every write a new epoch)."""
 
     variant: str
     observe: bool
     epoch: int | None = None
+    extra: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ def parse_control(data: bytes | str, where: str = "control file") -> ControlSett
     epoch = doc.get("epoch")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
         raise ControlError("epoch", f"{where}: 'epoch' must be a non-negative integer, got {epoch!r}")
-    return ControlSetting(variant=variant, observe=observe, epoch=epoch)
+    extra = {k: v for k, v in doc.items() if k not in ("variant", "observe", "epoch")}
+    return ControlSetting(variant=variant, observe=observe, epoch=epoch, extra=extra)
 
 
 def read_control(path: str | os.PathLike) -> ControlSetting:

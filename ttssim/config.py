@@ -196,3 +196,35 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Si
         cfg = _merge(parse_override(item), cfg)
     _check(cfg)
     return cfg
+
+
+# Settings a running simulator takes up at a step boundary from its control file's "sim" object
+# ({"model.extra_step_pct": 1.0, ...}): the known-answer delays, so two arms that differ only in them can share one
+# server start (hot swap: designs swap and nested). Everything else needs a restart.
+HOT_SETTINGS = ("model.extra_step_pct", "model.extra_step_ms")
+
+
+def setting_key(override: str) -> str:
+    """`model.extra_step_pct=2` -> "model.extra_step_pct" (ValueError on a malformed override)."""
+    ((section, values),) = parse_override(override).items()
+    return f"{section}.{next(iter(values))}"
+
+
+def hot_values(cfg: SimConfig) -> dict[str, float]:
+    """The current value of every hot-swappable setting of a config (what a control file's "sim" object holds)."""
+    return {k: getattr(getattr(cfg, k.split(".")[0]), k.split(".")[1]) for k in HOT_SETTINGS}
+
+
+def apply_hot(cfg: SimConfig, values: dict) -> SimConfig:
+    """A config with the control file's "sim" values applied; ValueError (and nothing applied) for a key that is not
+    hot-swappable or a value the config would refuse."""
+    if not isinstance(values, dict):
+        raise ValueError(f'"sim" must be an object of {list(HOT_SETTINGS)}, got {values!r}')
+    bad = sorted(set(values) - set(HOT_SETTINGS))
+    if bad:
+        raise ValueError(f"not hot-swappable (a restart is needed): {bad}; hot: {list(HOT_SETTINGS)}")
+    data: dict = {}
+    for key, value in values.items():
+        section, name = key.split(".")
+        data.setdefault(section, {})[name] = value
+    return _merge(data, cfg)

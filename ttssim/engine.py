@@ -38,7 +38,7 @@ from tts_predictor.variants import VARIANTS
 
 from . import model as sim_model
 from .audio import Voice
-from .config import SimConfig
+from .config import SimConfig, apply_hot
 
 log = logging.getLogger("ttssim.engine")
 
@@ -127,6 +127,8 @@ class Engine:
         self.fn = VARIANTS[variant]
         self.control = control
         self.observe = True if control is None else control.setting.observe
+        if control is not None:
+            self._take_sim(control.setting)
         self.observer = SyncObserver(device)
         self.device = self.observer.device  # identity matters for the logical observer on CPU
         self.device_type = self.device.type
@@ -259,10 +261,20 @@ class Engine:
             return
         setting = self.control.setting
         self.observe = setting.observe
+        self._take_sim(setting)
         if setting.variant != self.variant:
             self.variant, self.fn = setting.variant, VARIANTS[setting.variant]
             self.metrics.use_variant(setting.variant)
             self._mismatch_logged = False
+
+    def _take_sim(self, setting) -> None:
+        """The control file's "sim" object: the hot-swappable known-answer settings (ttssim.config.HOT_SETTINGS)."""
+        if "sim" not in setting.extra:
+            return
+        try:
+            self.cfg = apply_hot(self.cfg, setting.extra["sim"])
+        except ValueError as e:
+            log.error("control file: \"sim\" refused, the simulator keeps its settings: %s", e)
 
     def _admit(self, start: float) -> int:
         self.running = [r for r in self.running if not r.aborted]
