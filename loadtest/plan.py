@@ -30,7 +30,6 @@ from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_p
 from loadtest.records import AB_SCHEMA, write_json
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
-from ttssim.config import HOT_SETTINGS, hot_values, load_config, setting_key  # plain YAML + dataclasses
 
 ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
@@ -214,6 +213,8 @@ def hot_swap_problem(a: ex.Arm, b: ex.Arm) -> str | None:
     if a.backend == "sim":
         if a.sim.config != b.sim.config:
             return f"the simulator's config differs ({a.sim.config!r} vs {b.sim.config!r})"
+        from ttssim.config import HOT_SETTINGS  # plain YAML; imported here so `import loadtest.ab` stays light
+
         cold_a, cold_b = cold_sets(a), cold_sets(b)
         if cold_a != cold_b:
             return (f"the simulator's settings differ beyond the hot-swappable {list(HOT_SETTINGS)} "
@@ -227,6 +228,8 @@ def hot_swap_problem(a: ex.Arm, b: ex.Arm) -> str | None:
 
 def cold_sets(arm: ex.Arm) -> tuple[str, ...]:
     """A simulator arm's overrides that need a restart (all but ttssim.config.HOT_SETTINGS)."""
+    from ttssim.config import HOT_SETTINGS, setting_key
+
     return tuple(s for s in (arm.sim.set if arm.sim else ()) if setting_key(s) not in HOT_SETTINGS)
 
 
@@ -235,6 +238,8 @@ def hot_sim(arm: ex.Arm) -> dict[str, float] | None:
     swap and nested: two arms that differ only in them share a server start); None for an arm without them."""
     if arm.backend != "sim" or arm.sim is None:
         return None
+    from ttssim.config import hot_values, load_config
+
     cfg = load_config(ROOT / arm.sim.config if arm.sim.config else None, list(arm.sim.set))
     return hot_values(cfg)
 
@@ -244,6 +249,8 @@ def ready_timeout(exp: ex.Experiment) -> float:
     and CUDA graphs (images and model are prepared before, outside this)."""
     if any(a.backend == "vllm" for a in exp.arms.values()):
         return float(ex.HEALTH_TIMEOUT_S)
+    from ttssim.config import load_config  # plain YAML; imported here so `import loadtest.ab` stays light
+
     startup = 0.0
     for arm in exp.arms.values():
         try:

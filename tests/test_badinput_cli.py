@@ -200,7 +200,7 @@ def test_serve_sh_without_gpu_runtime(tmp_path):
 # --- the runner's design, experiment and plan arguments ------------------------------------------------------------
 
 @pytest.mark.parametrize("args, needles", [
-    (["--design", "swap", "--b-sim-set", "model.extra_step_pct=2"], ("hot-swappable",)),
+    (["--design", "swap", "--b-sim-set", "model.base_ms=3", "--count-s", "1"], ("hot-swappable",)),
     (["--design", "nested", "--experiment", "configs/experiments/release-016-fixed-vs-030.yaml"], ("no plugin",)),
     (["--experiment", "configs/experiments/nope.yaml"], ("nope.yaml", "cannot read")),
     (["--plan-from", "reports/no-such-pilot"], ("plan.json",)),

@@ -288,6 +288,18 @@ GOOD_INSIDE = {"dist_version": "0.16.0", "version": "0.16.0", "cuda": True, "dev
 NVIDIA_INFO = '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{}}\n'
 
 
+FAKE_PYNVML = """from types import SimpleNamespace
+NVML_CLOCK_SM = 1
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetUtilizationRates(h): return SimpleNamespace(gpu=37, memory=20)
+def nvmlDeviceGetClockInfo(h, which): return 1755
+def nvmlDeviceGetPowerUsage(h): return 312000
+def nvmlDeviceGetMemoryInfo(h): return SimpleNamespace(used=30 * 2**30, total=80 * 2**30, free=50 * 2**30)
+"""
+
+
 class FakeHost:
     """A tmp bin folder with fake docker and nvidia-smi, an HF cache with the pinned snapshot, canned answers."""
 
@@ -311,10 +323,14 @@ class FakeHost:
                     **{f"inside:tts-vllm-omni:0.16.0-{v}": [0, "PREFLIGHT " + json.dumps(GOOD_INSIDE) + "\n", ""]
                        for v in ("original", "fixed")}}
         self.smi = "0, NVIDIA H100 80GB HBM3, 81559, 80000"
+        self.py = tmp / "py"  # a fake NVML (nvidia-ml-py's module name): the driver library this host lacks
+        self.py.mkdir()
+        (self.py / "pynvml.py").write_text(FAKE_PYNVML)
 
     def env(self) -> dict[str, str]:
         (self.tmp / "fake.json").write_text(json.dumps(self.cfg))
-        return {**os.environ, "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "FAKE_DOCKER_CONFIG":
+        return {**os.environ, "PYTHONPATH": str(self.py), "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+                "FAKE_DOCKER_CONFIG":
                 str(self.tmp / "fake.json"), "FAKE_SMI": self.smi, "MODEL_REVISION": REVISION, "HF_CACHE": str(self.hf)}
 
     def calls(self) -> list[list[str]]:
@@ -361,7 +377,7 @@ def test_vllm_path_against_a_fake_docker_passes_end_to_end(host):
     for v in ("original", "fixed"):
         assert checks[f"variant.{v}.metrics"]["status"] == "pass" and f"under {v} only" in checks[f"variant.{v}.metrics"]["detail"]
     assert checks["server.A.log_evidence"]["status"] == "pass"
-    assert checks["telemetry.gpu"]["status"] == "skip"  # nvidia-ml-py is not installed here
+    assert checks["telemetry.gpu"]["detail"] == "NVML GPU 0: 37 % busy, SM 1755 MHz, 30720 MiB used, 312 W"
     runs = [c for c in host.calls() if c[0] == "run" and "-d" in c]
     assert len(runs) == 1 and any(a.endswith(":/run/tts-control:ro") for a in runs[0])
     assert [c for c in host.calls() if c[0] == "stop"]  # stopped gracefully through serve.sh
