@@ -367,9 +367,10 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
             out.append(f"c={last}: no drain after the last measure window (window {b['meta'].get('block_id')}"
                        "): requests still running at the stop are unrecorded, so its throughput reads low")
             break
-    spanning = sum(b["spanning"]["left_out"] for b in summaries)
-    if spanning:
-        out.append(f"{spanning} request(s) spanned a variant switch and were left out of the window metrics")
+    spanning = sum(b["spanning"].get("measure", b["spanning"]["left_out"]) for b in summaries)
+    if spanning:  # a switch lands in a window's first count phase: only measure-phase requests matter here
+        out.append(f"{spanning} measure-phase request(s) spanned a variant switch and were left out of the window "
+                   "metrics")
     return out
 
 

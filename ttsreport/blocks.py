@@ -433,7 +433,8 @@ def block_summary(block: dict, start: dict | None = None, within: bool = True) -
         "start": meta.get("start"), "position": meta.get("position"), "level_order": meta.get("levels") or None,
         "attempt": meta.get("attempt"), "failed_before": meta.get("failed_before"), "timing": meta.get("timing") or {},
         "valid": why is None, "invalid_reason": why, "manipulation": check, "simulated_counters": simulated,
-        "spanning": {"left_out": len(spanning), "runner": runner_requests.get("spanning")},
+        "spanning": {"left_out": len(spanning), "measure": sum(r.get("phase") == "measure" for r in spanning),
+                     "runner": runner_requests.get("spanning")},
         "telemetry_samples": len(block.get("telemetry") or []),
         "levels": levels,
     }

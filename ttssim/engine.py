@@ -330,8 +330,10 @@ class Engine:
         """Every Nth step, re-run one (or all 15) calls under the sync observer: the observer costs 3-7x a call.
 
         The sample is a shadow call outside the step's measured work, so its timing is free: when a chunk delivery
-        falls due while it would hold the loop, it moves to the next step (counted) instead of delaying the audio."""
-        every = self.cfg.server.sync_sample_every_steps
+        falls due while it would hold the loop, it moves to the next step (counted) instead of delaying the audio.
+        With a control file the observer runs only while the file says so (the load generator's untimed count
+        phases), so it samples every step then: a short count phase still sees its variant's signature."""
+        every = 1 if self.control is not None else self.cfg.server.sync_sample_every_steps
         if not self.observe or (self.step_index % every and not self._sample_pending):
             return
         now = loop.time()
