@@ -122,6 +122,8 @@ class TTSUser(User):
         self.inflight.spawn(s.tracked_request, self.transport)
 
     def on_stop(self):
+        # stopped gracefully (a lower level, or the end): the open loop's in-flight requests finish and are recorded
+        self.inflight.join(timeout=_session.run["timeout_s"] if _session and _session.run else 0)
         self.inflight.kill(block=False)
         if self.transport is not None:
             self.transport.close()
