@@ -583,7 +583,7 @@ def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tu
         if v <= 0:
             return False, f"metric {name} is {v:g}, not > 0"
     if ev.sync_signature:
-        from loadtest.records import SYNC_TOLERANCE
+        from loadtest.records import signature_holds
         from tts_predictor import metrics as pm
 
         # the variants that ran calls, and the one the info metric names (a server on a control file names no
@@ -598,8 +598,8 @@ def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tu
             return False, "the sync counters are missing"
         if calls <= 0:
             return False, "no call was observed by the sync sampler"
-        expected = pm.expected_syncs(ev.sync_signature, calls, tokens)
-        if abs(syncs - expected) > SYNC_TOLERANCE * max(expected, 1.0):
+        holds, expected = signature_holds(ev.sync_signature, syncs, calls, tokens)
+        if not holds:
             return False, (f"{syncs:g} syncs over {calls:g} observed calls ({tokens:g} tokens); "
                            f"{ev.sync_signature} means {expected:g}")
     return True, "evidence holds: " + _describe(ev)

@@ -42,7 +42,7 @@ from pathlib import Path
 from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, Outcome, run_request
 from loadtest.prompts import load_corpus, load_voice, speech_payload
-from loadtest.records import PREFLIGHT_SCHEMA, SYNC_TOLERANCE, write_json
+from loadtest.records import PREFLIGHT_SCHEMA, signature_holds, write_json
 from loadtest.scraper import http_get, parse_metrics
 from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port
 from tts_predictor import metrics as pm
@@ -577,10 +577,10 @@ def sync_signature(before, after, variant: str, epoch: int | None) -> tuple[str,
     if calls <= 0:
         return ("fail", f"{n_calls:g} calls under {variant}, none observed by the sync sampler",
                 "the observer is off: the control file's observe must be true and TTS_PREDICTOR_SYNC_SAMPLE > 0")
-    expected = pm.expected_syncs(variant, calls, tokens)
+    holds, expected = signature_holds(variant, syncs, calls, tokens)
     detail = (f"epoch {epoch} live; {n_calls:g} calls under {variant} only; {syncs:g} syncs over {calls:g} observed "
               f"calls ({tokens:g} tokens), expected {expected:g}")
-    if abs(syncs - expected) > SYNC_TOLERANCE * max(expected, 1.0):
+    if not holds:
         return ("fail", detail + f" ({syncs / calls:.2f} vs {expected / calls:.2f} per call)",
                 "a different build_attn_metadata ran than the variant claims: rebuild the image from this checkout "
                 "and check the GPU's attention backend (docs/gpu-host.md, 'Attention backend')")

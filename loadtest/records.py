@@ -415,6 +415,14 @@ def request_verdict(outcomes: dict[str, Any]) -> str | None:
     return None
 
 
+def signature_holds(variant: str, syncs: float, observed_calls: float, observed_tokens: float) -> tuple[bool, float]:
+    """Do `syncs` over these observed calls equal the variant's closed form (metrics.expected_syncs) within
+    SYNC_TOLERANCE? Returns (holds, expected). The one comparison behind the manipulation check, the arm evidence
+    and the preflight."""
+    expected = pm.expected_syncs(variant, observed_calls, observed_tokens)
+    return abs(syncs - expected) <= SYNC_TOLERANCE * max(expected, 1.0), expected
+
+
 def deltas(counters: list[dict[str, Any]], window: str = "measure") -> list[dict[str, Any]]:
     """The delta lines of one window kind (version-1 lines, which have no window, are measure windows)."""
     return [c for c in counters if c.get("kind") == "delta" and c.get("window", "measure") == window]
@@ -463,12 +471,12 @@ def manipulation_check(variant: str | None, counters: list[dict[str, Any]]) -> d
                          "control file's observe switch did not take effect before the measure phase")
         return res
     try:
-        exp = pm.expected_syncs(variant, ocalls, otokens)
+        holds, exp = signature_holds(variant, syncs, ocalls, otokens)
     except (ValueError, KeyError):
         res["reason"] = f"unknown variant {variant!r}"
         return res
     res["expected_syncs"] = exp
-    if abs(syncs - exp) <= SYNC_TOLERANCE * max(exp, 1.0):
+    if holds:
         res["ok"] = True
     else:
         res["reason"] = (f"syncs {syncs:g} != expected {exp:g} for {variant} over {ocalls:g} calls / {otokens:g} tokens "
