@@ -495,8 +495,8 @@ def main(argv=None) -> int:
         for i, p in enumerate(pools):
             k = ks[min(i, len(ks) - 1)]
             results.append(calibrate(p, k, a.aa_units))
-            if not results[-1]["experiments"]:
-                raise ValueError(f"{p['name']}: fewer than {k} units: no experiment")
+            if not any(e["ab"] for e in results[-1]["experiments"]):
+                raise ValueError(f"{p['name']}: fewer than {k} units of A/B rounds: no experiment")
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
