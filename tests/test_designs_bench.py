@@ -19,11 +19,12 @@ EFFECT = math.log(0.99)
 V_FRESH, V_SWAP, V_START, V_PAIR = 4e-4, 1e-4, 1e-4, 3e-5
 
 
-def _pair(rnd, kind, d, start_a, start_b, ab_first):
+def _pair(rnd, kind, d, start_a, start_b, ab_first, levels=(LEVEL,)):
     lat = {"A": 0.2, "B": 0.2 * math.exp(-d)}
     arms = ("A", "B") if ab_first else ("B", "A")
     starts = {"A": start_a, "B": start_b}
-    return [sr.Window(rnd, kind, arm, "fixed", starts[arm], pos, {LEVEL: lat[arm]}) for pos, arm in enumerate(arms)]
+    return [sr.Window(rnd, kind, arm, "fixed", starts[arm], pos, {c: lat[arm] for c in levels})
+            for pos, arm in enumerate(arms)]
 
 
 def fresh_run(path):
@@ -45,15 +46,15 @@ def swap_run(path):
     return sr.write_run(path, wins, levels=(LEVEL,), design="swap", noise=0.0)
 
 
-def nested_run(path, starts=4, pairs=3):
-    g = sr.designed_effects(starts, V_START)
+def nested_run(path, starts=4, pairs=3, levels=(LEVEL,), v_start=V_START):
+    g = sr.designed_effects(starts, v_start)
     e = sr.designed_effects(pairs, V_PAIR)
     wins, rnd = [], 0
     for s in range(starts):
         for p in range(pairs):
-            wins += _pair(rnd, "ab", EFFECT + g[s] + e[p], s, s, (s + p) % 2 == 0)
+            wins += _pair(rnd, "ab", EFFECT + g[s] + e[p], s, s, (s + p) % 2 == 0, levels)
             rnd += 1
-    return sr.write_run(path, wins, levels=(LEVEL,), design="nested", noise=0.0,
+    return sr.write_run(path, wins, levels=levels, design="nested", noise=0.0,
                         manifest={"design": {"name": "nested", "window_pairs": pairs, "starts": starts}})
 
 
@@ -87,6 +88,17 @@ def test_measured_spreads_components_and_costs_are_the_designed_ones(tmp_path):
     assert swap["pairs"] == (1200 - 14) // 20
     assert nested["feasible"] and nested["cost_s"] <= 1200.0
     assert nested["starts"] * (14 + nested["windows_per_start"] * 20) == nested["cost_s"]
+
+
+def test_the_one_level_run_of_a_design_is_measured_and_the_other_cross_checks(tmp_path):
+    two = cal.pool_record(nested_run(tmp_path / "two-levels", levels=(4, LEVEL), v_start=4 * V_START))
+    meas = db.measure([two, *pools(tmp_path)], str(LEVEL))
+    assert meas["pools"]["nested"] == "nested"
+    comp = meas["designs"]["nested"]["components"]
+    assert math.isclose(comp["sigma2_start"], V_START - V_PAIR / 3, rel_tol=1e-6)
+    cross = meas["cross"]["two-levels"]
+    assert math.isclose(cross["sigma2_start_raw"], 4 * V_START - V_PAIR / 3, rel_tol=1e-6)
+    assert cross["levels"] == ["4", str(LEVEL)]
 
 
 def test_swap_interval_misses_start_variance_and_nested_holds_it():

@@ -40,7 +40,7 @@ from ttsreport.analysis import compare
 from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary, load_run
 
 SCHEMA = "tts-calibration-pools/1"
-KEPT_METRICS = (PRIMARY_METRIC, "e2e_p50", "ttfa_p50")  # the primary decides; the latencies are shown beside it
+KEPT_METRICS = (PRIMARY_METRIC, "audio_throughput", "e2e_p50", "ttfa_p50", "audio_s_mean")  # the primary decides
 CONFIDENCE = 0.95
 MARGIN_PCT = 1.0
 LOADAVG_FILE = "loadavg.json"  # optional, written beside a pool run by whoever ran it: {"start": "...", "end": "..."}
@@ -222,6 +222,39 @@ def pooled_ratio(pool: dict, level: str, kind: str = "ab", exclude: set | None =
     return {"ratio": res["ratio"], "ci": res["ci"], "n": res["n"], "n_rounds": res["n_rounds"], "sd_log": res["sd_log"]}
 
 
+def _position(w: dict, level: str) -> int | None:
+    order = [str(x) for x in (w.get("level_order") or [])]
+    return order.index(level) if level in order else None
+
+
+def _settled(w: dict) -> bool:
+    return bool((w.get("timing") or {}).get("settle_s"))
+
+
+def noise_structure(pool: dict, level: str, metric: str = PRIMARY_METRIC) -> list[dict]:
+    """Spread of d = ln(B/A) by how the pair's two windows were run: the level at the same place in both windows'
+    level orders or not, and how many of the two windows began with a settle after a switch. A/B values are centred
+    on the pool's A/B mean at this level, A/A values on 0. A diagnostic of the set-up, not part of the rule."""
+    groups: dict[tuple, list[float]] = {}
+    for kind in ("ab", "aa"):
+        rows = []
+        for arms in pairs_of(pool, kind).values():
+            a, b = (arms[x]["levels"].get(level, {}).get(metric) for x in ("A", "B"))
+            if not a or not b or a <= 0 or b <= 0:
+                continue
+            same = _position(arms["A"], level) == _position(arms["B"], level)
+            rows.append(((kind, same, _settled(arms["A"]) + _settled(arms["B"])), math.log(b / a)))
+        centre = float(np.mean([d for _, d in rows])) if kind == "ab" and rows else 0.0
+        for key, d in rows:
+            groups.setdefault(key, []).append(d - centre)
+    out = []
+    for (kind, same, settled), v in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1], kv[0][2])):
+        x = np.array(v)
+        out.append({"kind": kind, "same_position": same, "settled_windows": settled, "n": int(x.size),
+                    "rms": float(np.sqrt(np.mean(x ** 2)))})
+    return out
+
+
 def expected_power(effect_log: float, sd_unit: float, n: int, alpha: float) -> float:
     """Two-sided t test power (noncentral t) for n units of per-unit sd at a true mean ln ratio (one direction)."""
     if n < 2 or not sd_unit:
@@ -259,6 +292,8 @@ def calibrate(pool: dict, k: int, k_aa: int | None = None) -> dict:
             exp_power[lv] = {"sd_unit": sd, "effect_log": eff, "holm_first": expected_power(eff, sd, k, alpha / len(levels)),
                              "unadjusted": expected_power(eff, sd, k, alpha)}
     summary["expected_power"] = exp_power
+    summary["noise"] = {lv: noise_structure(pool, lv) for lv in levels}
+    summary["noise_audio"] = {lv: noise_structure(pool, lv, "audio_throughput") for lv in levels}
     return summary
 
 
@@ -448,6 +483,21 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
             return "; ".join(parts) + f" ({len(d['rounds'])} rounds)"
         lines.append(f"| {e['experiment']} | {', '.join(map(str, e['units']))} | {cell(e['aa'])} | "
                      f"{cell(e['ab'], e['realised_leave_out'])} |")
+    lines += ["", "## Where the spread comes from (diagnostic of the set-up)", "",
+              "Root mean square of d = ln(B/A) per pair (A/B centred on the pool's A/B mean at that level, A/A on 0), "
+              "by how the pair's two windows ran: the level at the same place in both windows' seeded level orders or "
+              "not, and how many of the two windows began with the settle after a hot-swap switch. Throughput in "
+              "requests/s, and audio throughput (audio seconds per second) beside it.", "",
+              "| level | pair | same level position | windows after a switch | pairs | rms of d, throughput | "
+              "rms of d, audio throughput |", "|---|---|---|---|---|---|---|"]
+    for lv in levels:
+        audio = {(g["kind"], g["same_position"], g["settled_windows"]): g for g in res["noise_audio"][lv]}
+        for g in res["noise"][lv]:
+            au = audio.get((g["kind"], g["same_position"], g["settled_windows"]))
+            au_txt = "n/a" if au is None else f"{100 * au['rms']:.2f} %"
+            lines.append(f"| c={lv} | {g['kind'].upper()} | {'yes' if g['same_position'] else 'no'} | "
+                         f"{g['settled_windows']} | {g['n']} | {100 * g['rms']:.2f} % | "
+                         f"{au_txt} |")
     if len(pools) > 1:
         lines += ["", "## Other pools through the same rule", ""]
         for p, r in zip(pools[1:], results[1:], strict=True):

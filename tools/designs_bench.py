@@ -114,13 +114,34 @@ def _window_cost(w: dict) -> float | None:
     return None if t.get("load_s") is None else float(t["load_s"])
 
 
+def pick(pools: list[dict], level: str) -> dict[str, dict]:
+    """The run of each design the projection measures: of the runs that hold the level, the one with the fewest
+    levels (a window of one level is what the projected designs run; the last such run wins a tie)."""
+    out: dict[str, dict] = {}
+    for p in pools:
+        if level not in cal.levels_of(p):
+            continue
+        cur = out.get(p["design"])
+        if cur is None or len(cal.levels_of(p)) <= len(cal.levels_of(cur)):
+            out[p["design"]] = p
+    return out
+
+
 def measure(pools: list[dict], level: str) -> dict:
-    """Everything the projection takes from the real runs, per design (the last pool of a design wins)."""
-    by_design = {p["design"]: p for p in pools}
-    out: dict = {"level": level, "pools": {d: p["name"] for d, p in by_design.items()}, "designs": {}}
+    """Everything the projection takes from the real runs, per design (see pick), and the components of any other
+    nested run as a cross-check."""
+    by_design = pick(pools, level)
+    out: dict = {"level": level, "pools": {d: p["name"] for d, p in by_design.items()}, "designs": {}, "cross": {}}
+    for p in pools:  # every other nested run: its components at this level, as a cross-check
+        if p["design"] == "nested" and p is not by_design.get("nested") and level in cal.levels_of(p):
+            rows = _d_rows(p, level, "ab")
+            if len({r["start"] for r in rows}) >= 2:
+                comp = inf.variance_components([r["d"] for r in rows], [r["start"] for r in rows])
+                out["cross"][p["name"]] = {"levels": cal.levels_of(p), "sigma2_start_raw": comp["raw"]["sigma2_start"],
+                                           "ms_pair": comp["mean_squares"]["pair"], "df_pair": comp["df"]["pair"],
+                                           "n_starts": comp["n_starts"], "n": comp["n"],
+                                           "mean_ab": float(np.mean([r["d"] for r in rows]))}
     for design, pool in by_design.items():
-        if level not in cal.levels_of(pool):
-            raise ValueError(f"{pool['name']}: no level c={level}")
         ab, aa = _d_rows(pool, level, "ab"), _d_rows(pool, level, "aa")
         d_ab, d_aa = [r["d"] for r in ab], [r["d"] for r in aa]
         var, df = _pooled_var(d_ab, d_aa)
@@ -437,6 +458,11 @@ def render(pools: list[dict], meas: dict, projs: dict, checks: dict, commands: l
                   f"The level itself (one-way ANOVA of ln throughput by start over {lvl.get('n_windows')} windows): "
                   f"start-to-start sd {_pct_sd(lvl['sigma2_level_start'])}, window-to-window inside a start sd "
                   f"{_pct_sd(lvl['sigma2_window'])}."]
+        for name, x in meas.get("cross", {}).items():
+            lines.append(f"Cross-check, nested run `{name}` (levels {','.join(x['levels'])}; its windows hold every level, "
+                         f"in a seeded order each): at c = {lv}, between starts raw {x['sigma2_start_raw']:+.3g}, within a "
+                         f"start per pair sd {_pct_sd(x['ms_pair'])} (df {x['df_pair']}), {x['n_starts']} starts, "
+                         f"{x['n']} A/B pairs, mean B/A ×{math.exp(x['mean_ab']):.4f}.")
         if d["nested"].get("components_aa"):
             ca = d["nested"]["components_aa"]
             lines.append(f"The A/A pairs of the same run: between-start raw {ca['sigma2_start_raw']:+.3g}, within-start "
@@ -486,9 +512,8 @@ def render(pools: list[dict], meas: dict, projs: dict, checks: dict, commands: l
 
 def checks_of(pools: list[dict], meas: dict, model: dict, level: str, trials: int, seed: int, sources: dict,
               units: dict) -> dict:
-    by_design = {p["design"]: p for p in pools}
     out: dict = {}
-    for design, pool in by_design.items():
+    for design, pool in pick(pools, level).items():
         m = meas["designs"][design]
         rows = []
         for k in units.get(design, []):
@@ -527,6 +552,9 @@ def main(argv=None) -> int:
         missing = [x for x in DESIGNS if x not in designs]
         if missing:
             raise ValueError(f"no run of design {', '.join(missing)} among the pools ({', '.join(designs)})")
+        missing = [x for x in DESIGNS if x not in pick(pools, a.level)]
+        if missing:
+            raise ValueError(f"no level c={a.level} in the run(s) of design {', '.join(missing)}")
         if a.json and a.pools:
             cal.write_pools(a.json, pools)
         units: dict = {}
