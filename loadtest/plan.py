@@ -187,7 +187,10 @@ def experiment_for(s: dict) -> ex.Experiment:
             exp = replace(exp, arms={**exp.arms, "B": replace(
                 arm_b, label=f"{a} ({', '.join(s['b_sim_set'])})", variant=a,
                 evidence=replace(arm_b.evidence, sync_signature=a),
-                sim=replace(arm_b.sim, variant=a) if arm_b.sim else None)})
+                sim=replace(arm_b.sim, variant=a) if arm_b.sim else None)},
+                name=f"known-answer-{a}",
+                idea=f"{a} against itself, arm B slowed by {', '.join(s['b_sim_set'])}: a known answer for the "
+                     "statistics")
     if s.get("simulate") and not exp.simulated:
         exp = ex.simulated(exp)
     arms = {}

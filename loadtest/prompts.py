@@ -83,7 +83,9 @@ def load_voice(path: str | Path) -> Voice:
 
 
 class PromptSequence:
-    """The n-th prompt drawn in a process depends only on (seed, worker index, n): same seed, same sequence."""
+    """Deterministic prompts: the n-th prompt drawn in a process depends only on (seed, worker index, n), and after
+    restart(stream) on (seed, worker index, stream, draws since). The session restarts a stream per level at the
+    measure edge, so every window measures a level on the same prompts whatever ran before it in the window."""
 
     def __init__(self, corpus: Corpus, mix: dict[str, float], seed: int, worker_index: int = 0):
         unknown = sorted(set(mix) - set(corpus.buckets))
@@ -92,8 +94,13 @@ class PromptSequence:
         self._names = [b for b in mix if mix[b] > 0]
         self._weights = [mix[b] for b in self._names]
         self._corpus = corpus
-        self._rng = random.Random(f"tts-prompts:{seed}:{worker_index}")
+        self._key = f"tts-prompts:{seed}:{worker_index}"
+        self._rng = random.Random(self._key)
         self.drawn = 0  # prompts handed out so far; the n-th one is seq n - 1
+
+    def restart(self, stream: str) -> None:
+        """Go on from the start of a named stream of this (seed, worker); `drawn` keeps counting."""
+        self._rng = random.Random(f"{self._key}:{stream}")
 
     def next(self) -> Prompt:
         self.drawn += 1

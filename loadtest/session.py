@@ -251,6 +251,8 @@ class Session:
         self.phase = phase
         if phase is not None:
             log.info("step %d concurrency %d: %s", phase.step, phase.concurrency, phase.phase)
+            if phase.phase == "measure" and self._prompts is not None:  # same prompts in every window's measure
+                self._prompts.restart(f"measure:{phase.concurrency}")
 
     # --- worker side --------------------------------------------------------------------------------------
 

@@ -270,3 +270,11 @@ def test_demo_preset_is_a_swap_design_on_the_demo_files():
     sc = load_scenario(str(ROOT / a.scenario))
     assert sc.steps[0].count_s > 0 and min(s.concurrency for s in sc.steps) == 8
     assert argparse.Namespace is type(a)
+
+
+def test_a_known_answer_run_is_not_named_after_the_mission():
+    # --a X --b X --b-sim-set ...: the report's title and idea must say what ran, not "original vs fixed"
+    ka = plan.experiment_for({"a": "vectorized", "b": "vectorized", "simulate": True,
+                              "b_sim_set": ["model.extra_step_pct=2"]})
+    assert "original" not in ka.name and "vectorized" in ka.name
+    assert "model.extra_step_pct=2" in ka.idea and "PR" not in ka.idea

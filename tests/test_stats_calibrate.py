@@ -1,27 +1,112 @@
-"""The calibration script on a synthetic pool with a known effect on arm B (fast; the real pool is the simulator's)."""
+"""tools/calibrate.py on synthetic run folders with known answers (unit tier: no process, no server).
+
+Per-request noise is 0 in most pools here, so each window's throughput is c / latency exactly and every per-round log
+ratio is the one designed: the experiments' outcomes are known before the rule runs.
+"""
 
 from __future__ import annotations
 
-from conftest import make_run
+import json
+import math
+
+import synthetic_runs as sr
 
 from tools import calibrate
 
-
-def test_calibration_detects_known_effect_and_reports_rates(tmp_path, capsys):
-    pool = make_run(tmp_path / "pool", rounds=8, aa_rounds=8, slow_b=0.05, noise=0.004, seed=4, levels=(16,),
-                    a="fixed", b="fixed")
-    out = tmp_path / "verdicts.md"
-    assert calibrate.main([str(pool), "--rounds", "5", "--experiments", "40", "--parametric", "50", "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "false-positive rate" in text and "detection rate at c=16" in text
-    det = next(line for line in text.splitlines() if line.startswith("| 5 | detection rate at c=16"))
-    fpr = next(line for line in text.splitlines() if line.startswith("| 5 | false-positive rate"))
-    assert det.split("|")[3].strip().startswith("40/40")  # a 5 % effect at 0.4 % noise: always found
-    assert int(fpr.split("|")[3].strip().split("/")[0]) <= 6  # A/A: rarely a claim
-    assert "CI half-width" in text
+LEVELS = (4, 16)
 
 
-def test_calibration_refuses_a_small_pool(tmp_path, capsys):
-    pool = make_run(tmp_path / "pool", rounds=2, aa_rounds=1, levels=(8,))
-    assert calibrate.main([str(pool), "--rounds", "5"]) == 2
-    assert "need >=" in capsys.readouterr().err
+def nested_pool(path, *, starts=6, pairs=2, aa_per_start=1, d_ab=None, aa_bias=0.0, noise=0.0, seed=3):
+    """A nested run: each start holds `pairs` A/B pairs (ln throughput B/A = d_ab(start, pair)) and `aa_per_start` A/A
+    rounds (the window labelled B has ln ratio aa_bias). Pair order alternates AB/BA."""
+    d_ab = d_ab or (lambda s, p: math.log(0.95))
+    wins, rnd = [], 0
+    for s in range(starts):
+        kinds = ["aa"] * aa_per_start + ["ab"] * pairs
+        for i, kind in enumerate(kinds):
+            d = aa_bias if kind == "aa" else d_ab(s, i - aa_per_start)
+            arms = ("A", "B") if (s + i) % 2 == 0 else ("B", "A")
+            for pos, arm in enumerate(arms):
+                lat = 0.2 * (math.exp(-d) if arm == "B" else 1.0)
+                variant = "fixed"
+                wins.append(sr.Window(rnd, kind, arm, variant, s, pos, {c: lat for c in LEVELS}))
+            rnd += 1
+    return sr.write_run(path, wins, levels=LEVELS, design="nested", noise=noise, seed=seed,
+                        manifest={"settings": {"b_sim_set": ["model.extra_step_pct=5"]}})
+
+
+def test_experiments_are_disjoint_and_take_whole_starts(tmp_path):
+    pool = calibrate.pool_record(nested_pool(tmp_path / "pool", starts=7, aa_per_start=2))
+    exps = calibrate.partition(pool, 3, 4)
+    ab = calibrate.pairs_of(pool, "ab")
+    start_of = {r: arms["A"]["start"] for r, arms in ab.items()}
+    assert len([e for e in exps if e["ab"]]) == 2  # 7 starts -> 2 experiments of 3, one start left out
+    assert len([e for e in exps if e["aa"]]) == 3  # 14 A/A rounds -> 3 experiments of 4, 2 left out
+    seen: set[int] = set()
+    for e in exps:
+        rounds = set(e["ab"]) | set(e["aa"])
+        assert not rounds & seen, "a round in two experiments"
+        seen |= rounds
+        if e["ab"]:
+            assert {start_of[r] for r in e["ab"]} == set(e["units"])
+            assert len(e["ab"]) == 3 * 2  # every pair of each of its starts
+        assert len(e["aa"]) in (0, 4)
+
+
+def test_known_answers_are_recovered(tmp_path):
+    # B 5 % slower (throughput ratio 0.95) with a start effect of +-0.5 %: found at every level, never the wrong way;
+    # A/A rounds identical: no claim, equivalent, interval (a point) covering 1.
+    offs = {0: 0.005, 1: -0.005, 2: 0.0}
+    pool = calibrate.pool_record(nested_pool(tmp_path / "pool", d_ab=lambda s, p: math.log(0.95) + offs[s % 3]))
+    res = calibrate.calibrate(pool, 3, 3)
+    c = res["counts"]
+    assert c["ab_slower_4"] == [2, 2] and c["ab_slower_16"] == [2, 2] and c["ab_slower_all"] == [2, 2]
+    assert c["ab_wrong_direction"] == [0, 2] and c["ab_false_equivalence"] == [0, 2]
+    assert c["aa_any_claim"] == [0, 2] and c["aa_equivalent_all"] == [2, 2] and c["aa_covers_4"] == [2, 2]
+    # each experiment's starts are 0,1,2 or 3,4,5: the same three start effects, so its interval is the same and
+    # holds the realised ratio of the other experiment (0.95 exactly, the offsets averaging 0)
+    assert c["ab_covers_16"] == [2, 2]
+    for e in res["experiments"]:
+        for lv in ("4", "16"):
+            assert math.isclose(e["realised_leave_out"][lv], 0.95, rel_tol=1e-6)
+            assert math.isclose(e["ab"]["levels"][lv]["ratio"], 0.95, rel_tol=1e-6)
+    assert math.isclose(res["pool_ratio"]["4"]["ratio"], 0.95, rel_tol=1e-6)
+
+
+def test_a_biased_aa_pair_is_claimed(tmp_path):
+    # The A/A experiments really go through the rule: a 3 % bias on the window labelled B, with noise, is claimed.
+    pool = calibrate.pool_record(nested_pool(tmp_path / "pool", aa_per_start=2, aa_bias=math.log(1.03), noise=0.02))
+    c = calibrate.calibrate(pool, 3, 3)["counts"]
+    assert c["aa_any_claim"][1] == 4 and c["aa_any_claim"][0] == 4
+    assert c["aa_covers_16"][0] == 0
+
+
+def test_command_line_writes_raw_form_and_recomputes_from_it(tmp_path, capsys):
+    run = nested_pool(tmp_path / "pool", noise=0.03)
+    raw, out1, out2 = tmp_path / "pool.json", tmp_path / "a.md", tmp_path / "b.md"
+    assert calibrate.main(["--pools", str(run), "--json", str(raw), "--out", str(out1), "--command-note", "x"]) == 0
+    assert calibrate.main(["--from-json", str(raw), "--out", str(out2), "--command-note", "x"]) == 0
+    assert out1.read_text() == out2.read_text()
+    obj = json.loads(raw.read_text())
+    assert obj["schema"] == calibrate.SCHEMA
+    w = obj["pools"][0]["windows"][0]
+    assert {"round", "kind", "arm", "start", "position", "timing", "levels"} <= set(w)
+    assert set(w["levels"]["16"]) >= {"throughput_rps", "n", "n_error", "within_var"}
+    text = out1.read_text()
+    assert "Wilson" in text and "false claims at true 1" in text and "detection of the known delay" in text
+    assert raw.stat().st_size < 100_000
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    run = nested_pool(tmp_path / "pool")
+    assert calibrate.main(["--pools", str(run), "--units", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at least 2 units" in err[0]
+    (tmp_path / "other.json").write_text('{"schema": "something-else"}')
+    assert calibrate.main(["--from-json", str(tmp_path / "other.json")]) == 2
+    assert "not a tts-calibration-pools/1 file" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert calibrate.main(["--pools", str(tmp_path / "empty")]) == 2
+    assert "not an A/B run folder" in capsys.readouterr().err
+    assert calibrate.main(["--pools", str(run), "--units", "20"]) == 2
+    assert "fewer than 20 units" in capsys.readouterr().err

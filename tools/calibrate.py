@@ -1,17 +1,25 @@
-"""Known-answer calibration of the verdicts: false-positive and detection rate from a pool of real windows.
+"""Known-answer calibration of the verdict rule, out of sample, on real A/B runs of the simulator.
 
-A pool is one A/B run made by `loadtest.ab` with the same variant in both arms, a known extra step delay on arm B of
-the A/B rounds (`--b-sim-set model.extra_step_pct=2`), and many A/A rounds. Experiments are drawn from it:
-- detection: R A/B rounds -> does the headline (primary metric, Holm over levels) say "B slower"?
-- false positive: R A/A rounds relabelled as R "A/B" rounds (which window plays A drawn per round) -> any claim?
-Every experiment runs through the same `ttsreport.analysis.compare` as a real run (the log-ratio estimand and the
-rule of docs/method.md; A/A rounds never move a threshold, so none is drawn into an experiment). Experiments overlap
-(subsampling without replacement inside each one), so the rates are estimates whose effective sample size is nearer
-the number of disjoint experiments the pool holds; both counts are written next to the rates.
-Also reports the interval half-width reached within a time budget per arm (the 1 % at c=64 target) and its time
-split.
+The rule (ttsreport/inference.py, docs/method.md) was designed and tested on synthetic data only
+(reports/bench/verdicts-synthetic.md); nothing here tunes it. A pool is one or more real runs of `loadtest.ab`
+whose arms differ only by a known answer: A/B rounds with a known extra step delay on arm B
+(`--a vectorized --b vectorized --b-sim-set model.extra_step_pct=X`) and interleaved A/A rounds (true ratio 1).
 
-`python -m tools.calibrate reports/<pool> [--rounds 5] [--experiments 300] [--out reports/bench/verdicts.md]`
+The pool is cut into DISJOINT experiments (no round in two of them): k consecutive units each, where a unit is what
+the design's interval is computed over (nested: a server start, with every window pair inside it; fresh and swap: a
+round). Each experiment's A/B rounds and, separately, its A/A rounds (relabelled as A/B rounds, arms as recorded)
+run through the suite's own comparison (ttsreport.analysis.compare: ratio B/A, Student t on ln(B/A) over the units,
+Holm over levels, TOST at the margin), and the outcomes are counted: false claims at a true ratio of 1, detection
+and wrong direction at the known delay, coverage, equivalence claims. Every rate carries its Wilson 95 % interval;
+its precision is set by the number of disjoint experiments, which is small, and the report says so.
+
+The raw form (`--json`, schema tts-calibration-pools/1) holds per window and level the metric values, request counts
+and the window's sampling variance, with start, round, order and timing, plus the run's settings and command: enough
+to recompute every number (`--from-json`). tools/designs_bench.py reads the same form.
+
+    python -m tools.calibrate --pools reports/<run> [...] --json reports/bench/verdicts-pool.json \
+        --out reports/bench/verdicts.md
+    python -m tools.calibrate --from-json reports/bench/verdicts-pool.json --out reports/bench/verdicts.md
 """
 
 from __future__ import annotations
@@ -20,225 +28,537 @@ import argparse
 import json
 import math
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special as sc
 
 from ttsreport import inference as inf
+from ttsreport import rounds as rd
 from ttsreport.analysis import compare
 from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary, load_run
-from ttsreport.rounds import paired_rounds
 
+SCHEMA = "tts-calibration-pools/1"
+KEPT_METRICS = (PRIMARY_METRIC, "audio_throughput", "e2e_p50", "ttfa_p50", "audio_s_mean")  # the primary decides
 CONFIDENCE = 0.95
 MARGIN_PCT = 1.0
+LOADAVG_FILE = "loadavg.json"  # optional, written beside a pool run by whoever ran it: {"start": "...", "end": "..."}
 
 
-def _relabel(b: dict, rnd: int, kind: str, arm: str) -> dict:
-    return {**b, "round": rnd, "kind": kind, "arm": arm}
+# ----------------------------------------------------------------------------------------------- raw form
 
 
-def pool_pairs(summaries: list[dict]) -> tuple[list[tuple[dict, dict]], list[tuple[dict, dict]]]:
-    """(A/B pairs, A/A pairs) of valid windows from the pool, by round."""
-    out: dict[str, list] = {"ab": [], "aa": []}
-    for kind in ("ab", "aa"):
-        for arms in paired_rounds(summaries, kind).values():
-            out[kind].append((arms["A"], arms["B"]))
-    return out["ab"], out["aa"]
+def _num(x) -> float | None:
+    return None if x is None or not math.isfinite(float(x)) else round(float(x), 9)
 
 
-def experiment(ab_pairs, levels) -> dict:
-    """The headline of one drawn experiment: per level the primary metric's decision after Holm."""
-    blocks = []
-    for r, (a, b) in enumerate(ab_pairs):
-        blocks += [_relabel(a, r, "ab", "A"), _relabel(b, r, "ab", "B")]
-    comp = compare(blocks, levels, primary=PRIMARY_METRIC, margin_pct=MARGIN_PCT, confidence=CONFIDENCE,
-                   metrics=(PRIMARY_METRIC,))
-    return {lv: {**comp["headline"]["levels"][lv], "result": comp["per_level"][lv]["metrics"][PRIMARY_METRIC]}
-            for lv in levels}
+def pool_record(run_dir: str | Path) -> dict:
+    """The small raw form of one run: settings, starts and, per window and level, what the statistics compare."""
+    run = load_run(run_dir)
+    man = run["manifest"]
+    if not man or not run["blocks"]:
+        raise ValueError(f"{run_dir}: not an A/B run folder (no manifest.json or no blocks/)")
+    design = rd.design_of(man)
+    windows = []
+    for b in run["blocks"]:
+        s = block_summary(b, run["starts"].get(b["meta"].get("start")), within=True)
+        levels = {}
+        for lv, row in s["levels"].items():
+            levels[lv] = {k: _num(row.get(k)) for k in KEPT_METRICS}
+            levels[lv].update(n=row.get("n"), n_error=row.get("n_error"), window_s=_num(row.get("window_s")),
+                              n_spanning=row.get("n_spanning"),
+                              within_var={PRIMARY_METRIC: _num((row.get("within_var") or {}).get(PRIMARY_METRIC))})
+        windows.append({"block_id": s["block_id"], "round": s["round"], "kind": s["kind"], "arm": s["arm"],
+                        "start": s["start"], "position": s["position"], "status": s["status"], "valid": s["valid"],
+                        "invalid_reason": s["invalid_reason"], "level_order": s["level_order"],
+                        "timing": s["timing"], "levels": levels})
+    starts = [{"start": k, "arm": v.get("arm"), "status": v.get("status"), "ready_s": v.get("ready_s"),
+               "stop_s": v.get("stop_s"), "windows": len(v.get("windows") or [])} for k, v in sorted(run["starts"].items())]
+    load = None
+    if (Path(run_dir) / LOADAVG_FILE).is_file():
+        load = json.loads((Path(run_dir) / LOADAVG_FILE).read_text(encoding="utf-8"))
+    settings = man.get("settings") or {}
+    keep = ("a", "b", "sim_config", "sim_set", "b_sim_set", "design", "rounds", "aa_rounds", "starts",
+            "window_pairs", "settle_s", "phase_overrides", "levels", "last_drain_s", "scenario_set", "scenario")
+    return {"name": Path(run_dir).name, "design": design, "git_revision": man.get("git_revision"),
+            "started": man.get("started"), "ended": man.get("ended"), "wall_s": _wall_s(man),
+            "status": man.get("status"), "command": man.get("command"), "seed": (man.get("seeds") or {}).get("order"),
+            "variants": man.get("variants"), "labels": man.get("labels"), "sim_config": man.get("sim_config"),
+            "settings": {k: settings.get(k) for k in keep if k in settings}, "host": man.get("host"),
+            "design_args": {k: v for k, v in (man.get("design") or {}).items()
+                            if k in ("rounds", "aa_rounds", "starts", "window_pairs", "settle_s", "seed")}
+            if isinstance(man.get("design"), dict) else None,
+            "load_average": load, "starts": starts, "windows": windows}
 
 
-def rate(k: int, n: int) -> str:
-    lo, hi = inf.wilson(k, n) if n else (0.0, 1.0)
-    return f"{k}/{n} = {100 * k / n:.1f} % (Wilson 95 % {100 * lo:.1f}–{100 * hi:.1f} %)" if n else "n/a"
+def _wall_s(man: dict) -> float | None:
+    try:
+        a, b = (datetime.fromisoformat(str(man[k]).replace("Z", "+00:00")) for k in ("started", "ended"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (b - a).total_seconds()
 
 
-def _values(pairs, level: str) -> tuple[list, list]:
-    a = [x["levels"].get(level, {}).get(PRIMARY_METRIC) for x, _ in pairs]
-    b = [y["levels"].get(level, {}).get(PRIMARY_METRIC) for _, y in pairs]
-    return a, b
+def write_pools(path: str | Path, pools: list[dict]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"schema": SCHEMA, "pools": pools}, indent=None, separators=(",", ":"))
+                          + "\n", encoding="utf-8")
 
 
-def halfwidth_within_budget(summaries: list[dict], level: str, budget_s: float, manifest_dir: Path) -> dict:
-    """Interval half-width (95 %, one level, on ln(B/A), shown in %) of the primary metric over the A/B rounds whose
-    windows fit `budget_s` per arm."""
-    timings = {}
-    for p in (manifest_dir / "blocks").iterdir():
-        meta = json.loads((p / "block.json").read_text())
-        timings[meta["block_id"]] = meta.get("timing") or {}
-    rounds = paired_rounds(summaries, "ab")
-    used, spent, pairs = 0, {"A": 0.0, "B": 0.0}, []
-    split = {"ready_s": 0.0, "load_s": 0.0, "stop_s": 0.0, "total_s": 0.0}
-    for arms in rounds.values():
-        t = {arm: timings.get(arms[arm]["block_id"], {}).get("total_s") or 0.0 for arm in "AB"}
-        if max(spent["A"] + t["A"], spent["B"] + t["B"]) > budget_s:
-            break
-        for arm in "AB":
-            spent[arm] += t[arm]
-            for k in split:
-                split[k] += timings.get(arms[arm]["block_id"], {}).get(k) or 0.0
-        pairs.append((arms["A"], arms["B"]))
-        used += 1
-    out = {"rounds": used, "seconds_per_arm": spent, "split": split, "half_width_pct": None, "ratio": None,
-           "ci": None, "sd_log": None}
-    if pairs:
-        a, b = _values(pairs, level)
-        res = inf.compare_rounds(a, b, higher_is_better=METRICS[PRIMARY_METRIC].better == "higher",
-                                 margin_pct=MARGIN_PCT, confidence=CONFIDENCE)
-        if res["ci_log"] is not None:
-            h = (res["ci_log"][1] - res["ci_log"][0]) / 2
-            out.update(half_width_pct=100 * math.expm1(h), ratio=res["ratio"], ci=res["ci"], sd_log=res["sd_log"])
+def read_pools(*paths: str | Path) -> list[dict]:
+    """Every pool of one or more raw files (a file of another schema is refused)."""
+    pools = []
+    for p in paths:
+        try:
+            obj = json.loads(Path(p).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{p}: cannot read ({e})") from None
+        if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
+            raise ValueError(f"{p}: not a {SCHEMA} file")
+        pools += obj["pools"]
+    return pools
+
+
+# ----------------------------------------------------------------------------------------------- experiments
+
+
+def levels_of(pool: dict) -> list[str]:
+    return sorted({lv for w in pool["windows"] if w["valid"] for lv in w["levels"]}, key=int)
+
+
+def summaries_of(pool: dict, rounds: set | None = None, as_ab: bool = False) -> list[dict]:
+    """Window summaries in the shape ttsreport.analysis.compare reads, for the given rounds (None: all); as_ab
+    relabels A/A rounds as A/B rounds (a true-0 experiment through the same rule)."""
+    out = []
+    for w in pool["windows"]:
+        if rounds is not None and w["round"] not in rounds:
+            continue
+        levels = {lv: {**v, "within_var": dict(v.get("within_var") or {})} for lv, v in w["levels"].items()}
+        out.append({"block_id": w["block_id"], "round": w["round"], "kind": "ab" if as_ab else w["kind"],
+                    "arm": w["arm"], "start": w["start"], "position": w["position"], "valid": w["valid"],
+                    "started": None, "levels": levels})
     return out
 
 
-def draw(ab_pairs, aa_pairs, levels, R: int, n: int, rng) -> list[str]:
-    """Table rows (Markdown) of n drawn detection and n drawn A/A experiments of R rounds each."""
-    det = {lv: 0 for lv in levels}
-    fp = {lv: 0 for lv in levels}
-    det_all = fp_any = wrong_dir = 0
-    for _ in range(n):
-        res = experiment([ab_pairs[i] for i in rng.choice(len(ab_pairs), R, replace=False)], levels)
-        kinds = {lv: r["kind"] for lv, r in res.items()}
-        for lv in levels:
-            det[lv] += kinds[lv] == "slower"
-        det_all += all(k == "slower" for k in kinds.values())
-        wrong_dir += any(k == "faster" for k in kinds.values())
-        idx = rng.choice(len(aa_pairs), R, replace=False)
-        # alternate which window of an A/A pair plays arm A, so a first-vs-second order effect is not hidden
-        drawn = [aa_pairs[i] if rng.random() < 0.5 else aa_pairs[i][::-1] for i in idx]
-        claims = {lv: r["kind"] in ("faster", "slower") for lv, r in experiment(drawn, levels).items()}
-        for lv in levels:
-            fp[lv] += claims[lv]
-        fp_any += any(claims.values())
-    d_disjoint = len(ab_pairs) // R
-    f_disjoint = len(aa_pairs) // R
-    rows = [f"| {R} | false-positive rate (A/A claims a difference at any level) | {rate(fp_any, n)} | <= 5 % "
-            f"| {f_disjoint} |"]
-    rows += [f"| {R} | detection rate at c={lv} (\"B slower\") | {rate(det[lv], n)} | >= 80 % | {d_disjoint} |"
-             for lv in levels]
-    if len(levels) > 1:
-        rows.append(f"| {R} | detection at every level | {rate(det_all, n)} | | {d_disjoint} |")
-    rows.append(f"| {R} | wrong direction (\"B faster\") | {rate(wrong_dir, n)} | 0 | {d_disjoint} |")
-    return rows
+def pairs_of(pool: dict, kind: str) -> dict[int, dict]:
+    """Rounds of `kind` with both windows valid: round -> {"A": window, "B": window}."""
+    return rd.paired_rounds(pool["windows"], kind)
 
 
-def parametric(ab_pairs, aa_pairs, level: str, rounds: list[int], n: int, seed: int) -> list[str]:
-    """Many independent experiments from a normal model of the pool's per-round ln(B/A), through the same
-    inference.compare_rounds as a run: a large-sample check of the rule's error rates at the measured noise."""
-    def d(pairs):
-        a, b = _values(pairs, level)
-        return np.array([math.log(y / x) for x, y in zip(a, b, strict=True) if x and y])
-    aa, ab = d(aa_pairs), d(ab_pairs)
-    if aa.size < 3 or ab.size < 3:
-        return []
-    sd_aa, mu_ab, sd_ab = float(aa.std(ddof=1)), float(ab.mean()), float(ab.std(ddof=1))
-    rng = np.random.default_rng(seed)
-    higher = METRICS[PRIMARY_METRIC].better == "higher"
-    rows = [f"Normal model at c={level}: A/A per-round sd of ln(B/A) {sd_aa:.4f}, A/B mean {mu_ab:+.4f} sd "
-            f"{sd_ab:.4f}; {n} independent experiments per R (inference.compare_rounds at {CONFIDENCE:.0%}, one "
-            "level; a normal model has no heavy tails, the pool above has whatever the machine did).", "",
-            "| R | false-positive rate | detection rate | MDE (80 % power) at this spread |", "|---|---|---|---|"]
-    for R in rounds:
-        fp = det = 0
-        ones = [1.0] * R
-        for _ in range(n):
-            r0 = inf.compare_rounds(ones, np.exp(rng.normal(0.0, sd_aa, R)).tolist(), higher_is_better=higher,
-                                    margin_pct=MARGIN_PCT, confidence=CONFIDENCE)
-            fp += r0["kind"] in ("faster", "slower")
-            r1 = inf.compare_rounds(ones, np.exp(rng.normal(mu_ab, sd_ab, R)).tolist(), higher_is_better=higher,
-                                    margin_pct=MARGIN_PCT, confidence=CONFIDENCE)
-            det += r1["kind"] == "slower"
-        mde = (sps.t.ppf(0.5 + CONFIDENCE / 2, R - 1) + sps.t.ppf(0.8, R - 1)) * sd_ab / math.sqrt(R)
-        rows.append(f"| {R} | {rate(fp, n)} | {rate(det, n)} | ×{math.exp(mde):.4f} |")
-    return rows
+def unit_of(pool: dict, arms: dict) -> int:
+    """The unit a round belongs to: its server start in a nested design, else the round itself."""
+    return int(arms["A"]["start"]) if pool["design"] == "nested" else int(arms["A"]["round"])
+
+
+def partition(pool: dict, k: int, k_aa: int | None = None) -> list[dict]:
+    """Disjoint experiments: the A/B rounds in chunks of k consecutive units (nested: whole server starts, every pair
+    inside them; fresh/swap: rounds), the A/A rounds in chunks of k_aa (default k) consecutive rounds. An A/A round's
+    unit is the round in every design: both its windows run arm A inside one start, so there is no start x arm
+    variance for a start unit to carry (the report's A/A check treats them so too). Remainders of fewer units are
+    left out (reported)."""
+    k_aa = k if k_aa is None else k_aa
+    ab, aa = pairs_of(pool, "ab"), pairs_of(pool, "aa")
+    units: dict[int, list[int]] = {}
+    for r, arms in sorted(ab.items()):
+        units.setdefault(unit_of(pool, arms), []).append(r)
+    keys = sorted(units)
+    ab_chunks = [(keys[i:i + k], sorted(r for u in keys[i:i + k] for r in units[u]))
+                 for i in range(0, len(keys) - k + 1, k)]
+    aa_r = sorted(aa)
+    aa_chunks = [aa_r[i:i + k_aa] for i in range(0, len(aa_r) - k_aa + 1, k_aa)]
+    n = max(len(ab_chunks), len(aa_chunks))
+    return [{"units": ab_chunks[i][0] if i < len(ab_chunks) else [],
+             "ab": ab_chunks[i][1] if i < len(ab_chunks) else [],
+             "aa": aa_chunks[i] if i < len(aa_chunks) else []} for i in range(n)]
+
+
+def decide(pool: dict, rounds: list[int], kind: str, levels: list[str]) -> dict | None:
+    """The suite's comparison of one experiment (primary metric): per level the decision after Holm, the ratio, the
+    95 % interval and the TOST interval; None when the experiment has no rounds of that kind."""
+    if not rounds:
+        return None
+    summ = summaries_of(pool, set(rounds), as_ab=kind == "aa")
+    design = "fresh" if kind == "aa" else pool["design"]  # an A/A round is its own unit (see partition)
+    comp = compare(summ, levels, design=design, margin_pct=MARGIN_PCT, confidence=CONFIDENCE,
+                   metrics=(PRIMARY_METRIC,))
+    head = comp["headline"]
+    if head is None:
+        return None
+    per = {}
+    for lv in levels:
+        r = comp["per_level"][lv]["metrics"][PRIMARY_METRIC]
+        per[lv] = {"kind": head["levels"][lv]["kind"], "ratio": r["ratio"], "ci": r["ci"], "ci_tost": r["ci_tost"],
+                   "n": r["n"], "p_holm": head["levels"][lv]["p_holm"]}
+    return {"headline": head["kind"], "levels": per, "rounds": rounds}
+
+
+def unit_means(pool: dict, level: str, kind: str = "ab", exclude: set | None = None) -> dict[int, float]:
+    """Mean ln(B/A) of the primary metric per unit (start or round) at one level."""
+    by: dict[int, list[float]] = {}
+    for r, arms in pairs_of(pool, kind).items():
+        if exclude and r in exclude:
+            continue
+        a, b = (arms[x]["levels"].get(level, {}).get(PRIMARY_METRIC) for x in ("A", "B"))
+        if a and b and a > 0 and b > 0:
+            by.setdefault(unit_of(pool, arms), []).append(math.log(b / a))
+    return {u: float(np.mean(v)) for u, v in by.items()}
+
+
+def pooled_ratio(pool: dict, level: str, kind: str = "ab", exclude: set | None = None,
+                 metric: str = PRIMARY_METRIC) -> dict:
+    """The pool's realised ratio B/A at one level over its units (each unit's mean ln ratio; A/A: rounds), with a
+    95 % t interval."""
+    pairs = pairs_of(pool, kind)
+    a, b, groups = [], [], []
+    for r, arms in pairs.items():
+        if exclude and r in exclude:
+            continue
+        a.append(arms["A"]["levels"].get(level, {}).get(metric))
+        b.append(arms["B"]["levels"].get(level, {}).get(metric))
+        groups.append(unit_of(pool, arms))
+    res = inf.compare_rounds(a, b, higher_is_better=METRICS[metric].better == "higher", margin_pct=MARGIN_PCT,
+                             confidence=CONFIDENCE, groups=groups if pool["design"] == "nested" and kind == "ab" else None)
+    return {"ratio": res["ratio"], "ci": res["ci"], "n": res["n"], "n_rounds": res["n_rounds"], "sd_log": res["sd_log"]}
+
+
+def _position(w: dict, level: str) -> int | None:
+    order = [str(x) for x in (w.get("level_order") or [])]
+    return order.index(level) if level in order else None
+
+
+def _settled(w: dict) -> bool:
+    return bool((w.get("timing") or {}).get("settle_s"))
+
+
+def noise_structure(pool: dict, level: str, metric: str = PRIMARY_METRIC) -> list[dict]:
+    """Spread of d = ln(B/A) by how the pair's two windows were run: the level at the same place in both windows'
+    level orders or not, and how many of the two windows began with a settle after a switch. A/B values are centred
+    on the pool's A/B mean at this level, A/A values on 0. A diagnostic of the set-up, not part of the rule."""
+    groups: dict[tuple, list[float]] = {}
+    for kind in ("ab", "aa"):
+        rows = []
+        for arms in pairs_of(pool, kind).values():
+            a, b = (arms[x]["levels"].get(level, {}).get(metric) for x in ("A", "B"))
+            if not a or not b or a <= 0 or b <= 0:
+                continue
+            same = _position(arms["A"], level) == _position(arms["B"], level)
+            rows.append(((kind, same, _settled(arms["A"]) + _settled(arms["B"])), math.log(b / a)))
+        centre = float(np.mean([d for _, d in rows])) if kind == "ab" and rows else 0.0
+        for key, d in rows:
+            groups.setdefault(key, []).append(d - centre)
+    out = []
+    for (kind, same, settled), v in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1], kv[0][2])):
+        x = np.array(v)
+        out.append({"kind": kind, "same_position": same, "settled_windows": settled, "n": int(x.size),
+                    "rms": float(np.sqrt(np.mean(x ** 2)))})
+    return out
+
+
+def expected_power(effect_log: float, sd_unit: float, n: int, alpha: float) -> float:
+    """Two-sided t test power (noncentral t) for n units of per-unit sd at a true mean ln ratio (one direction)."""
+    if n < 2 or not sd_unit:
+        return float("nan")
+    tc = float(sc.stdtrit(n - 1, 1 - alpha / 2))
+    return 1.0 - float(sc.nctdtr(n - 1, abs(effect_log) * math.sqrt(n) / sd_unit, tc))
+
+
+def calibrate(pool: dict, k: int, k_aa: int | None = None) -> dict:
+    """Every experiment of the pool (k units of A/B rounds, k_aa A/A rounds) and the counts behind each rate (pure:
+    the raw form in)."""
+    levels = levels_of(pool)
+    exps = partition(pool, k, k_aa)
+    alpha = 1 - CONFIDENCE
+    rows = []
+    for i, e in enumerate(exps):
+        ab = decide(pool, e["ab"], "ab", levels)
+        aa = decide(pool, e["aa"], "aa", levels)
+        realised = {lv: pooled_ratio(pool, lv, exclude=set(e["ab"]))["ratio"] for lv in levels} if ab else None
+        rows.append({"experiment": i, "units": e["units"], "ab": ab, "aa": aa, "realised_leave_out": realised})
+    n_units_ab = {lv: len(unit_means(pool, lv, "ab")) for lv in levels}
+    summary = {"levels": levels, "k": k, "k_aa": k if k_aa is None else k_aa, "design": pool["design"],
+               "experiments": rows,
+               "pool_ratio": {lv: pooled_ratio(pool, lv) for lv in levels},
+               "pool_ratio_aa": {lv: pooled_ratio(pool, lv, kind="aa") for lv in levels},
+               "pool_latency_ratio": {lv: pooled_ratio(pool, lv, metric="e2e_p50") for lv in levels},
+               "units_ab": n_units_ab, "counts": counts(rows, levels)}
+    # what the rule should do at this pool's own spread (a reference for the observed rates, not a tuning)
+    exp_power = {}
+    for lv in levels:
+        u = np.array(list(unit_means(pool, lv, "ab").values()))
+        if u.size >= 3:
+            sd = float(u.std(ddof=1))
+            eff = float(u.mean())
+            exp_power[lv] = {"sd_unit": sd, "effect_log": eff, "holm_first": expected_power(eff, sd, k, alpha / len(levels)),
+                             "unadjusted": expected_power(eff, sd, k, alpha)}
+    summary["expected_power"] = exp_power
+    summary["noise"] = {lv: noise_structure(pool, lv) for lv in levels}
+    summary["noise_audio"] = {lv: noise_structure(pool, lv, "audio_throughput") for lv in levels}
+    return summary
+
+
+def counts(rows: list[dict], levels: list[str]) -> dict:
+    """(k, n) per rate: false claims, equivalence and coverage at true 1 (A/A); detection, wrong direction, false
+    equivalence and coverage of the realised ratio at the known delay (A/B)."""
+    c: dict[str, list[int]] = {}
+
+    def add(key: str, hit: bool) -> None:
+        c.setdefault(key, [0, 0])
+        c[key][0] += bool(hit)
+        c[key][1] += 1
+
+    for row in rows:
+        aa, ab = row["aa"], row["ab"]
+        if aa is not None and all(aa["levels"][lv]["n"] >= 2 for lv in levels):
+            kinds = {lv: aa["levels"][lv]["kind"] for lv in levels}
+            add("aa_any_claim", any(k in ("faster", "slower") for k in kinds.values()))
+            add("aa_equivalent_all", all(k == "equivalent" for k in kinds.values()))
+            for lv in levels:
+                add(f"aa_claim_{lv}", kinds[lv] in ("faster", "slower"))
+                add(f"aa_equivalent_{lv}", kinds[lv] == "equivalent")
+                lo, hi = aa["levels"][lv]["ci"]
+                add(f"aa_covers_{lv}", lo <= 1.0 <= hi)
+        elif aa is not None:
+            add("aa_too_small", True)
+        if ab is not None and all(ab["levels"][lv]["n"] >= 2 for lv in levels):
+            kinds = {lv: ab["levels"][lv]["kind"] for lv in levels}
+            add("ab_slower_all", all(k == "slower" for k in kinds.values()))
+            add("ab_wrong_direction", any(k == "faster" for k in kinds.values()))
+            add("ab_false_equivalence", any(k == "equivalent" for k in kinds.values()))
+            for lv in levels:
+                add(f"ab_slower_{lv}", kinds[lv] == "slower")
+                known = (row["realised_leave_out"] or {}).get(lv)
+                if known is not None:
+                    lo, hi = ab["levels"][lv]["ci"]
+                    add(f"ab_covers_{lv}", lo <= known <= hi)
+    return c
+
+
+# ----------------------------------------------------------------------------------------------- the report
+
+
+def rate(kn: list[int] | None) -> str:
+    if not kn or not kn[1]:
+        return "n/a"
+    k, n = kn
+    lo, hi = inf.wilson(k, n)
+    return f"{k}/{n} = {100 * k / n:.0f} % [{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
+def _fmt_ratio(r: dict) -> str:
+    return "n/a" if r.get("ratio") is None else f"×{r['ratio']:.4f} {_fmt_ci(r['ci'])}"
+
+
+def _fmt_ci(ci) -> str:
+    return "n/a" if not ci else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def describe_pool(pool: dict) -> list[str]:
+    """Lines that say what the pool is: command, revision, date, load, size, time, validity, phases, warnings."""
+    ws = pool["windows"]
+    valid = sum(w["valid"] for w in ws)
+    invalid = [f"{w['block_id']}: {w['invalid_reason']}" for w in ws if not w["valid"]]
+    ab, aa = pairs_of(pool, "ab"), pairs_of(pool, "aa")
+    short = [(w["block_id"], lv) for w in ws if w["valid"] for lv, v in w["levels"].items()
+             if v.get("window_s") and v.get("e2e_p50") and v["window_s"] < 2 * v["e2e_p50"]]
+    p50 = {lv: max((w["levels"][lv]["e2e_p50"] or 0) for w in ws if w["valid"] and lv in w["levels"])
+           for lv in levels_of(pool)}
+    win = {lv: min((w["levels"][lv]["window_s"] or 0) for w in ws if w["valid"] and lv in w["levels"])
+           for lv in levels_of(pool)}
+    load = pool.get("load_average") or {}
+    cmd = " ".join(pool.get("command") or [])
+    s = pool["settings"]
+    wall = pool.get("wall_s")
+    return [
+        f"- run `{pool['name']}` (design {pool['design']}, seed {pool.get('seed')}), git revision "
+        f"`{(pool.get('git_revision') or '?')[:12]}`, {pool.get('started')} → {pool.get('ended')} "
+        f"({(wall or 0) / 60:.1f} min wall clock); load average (1, 5, 15 min) at start `{load.get('start', 'not recorded')}`, "
+        f"at end `{load.get('end', 'not recorded')}`",
+        f"- command: `{cmd}`",
+        f"- arms: A `{(pool.get('labels') or {}).get('A')}`, B `{(pool.get('labels') or {}).get('B')}`; sim config "
+        f"`{(pool.get('sim_config') or {}).get('path')}`; phases {s.get('phase_overrides')}, last drain "
+        f"{s.get('last_drain_s')}, scenario overrides {s.get('scenario_set')}, design {pool.get('design_args')}",
+        f"- {len(pool['starts'])} server starts, {len(ws)} windows ({valid} valid), {len(ab)} A/B rounds and {len(aa)} "
+        f"A/A rounds with both windows valid" + (f"; invalid: {'; '.join(invalid)}" if invalid else ""),
+        "- shortest measure window / longest window p50 latency per level: "
+        + ", ".join(f"c={lv}: {win[lv]:.1f} s / {p50[lv]:.2f} s" for lv in p50)
+        + (f"; **{len(short)} window-levels shorter than twice their p50**" if short else
+           "; every measure window is longer than twice its p50 latency (no short-window warning)"),
+    ]
+
+
+def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
+    """verdicts.md from the pools and their calibrate() results (the first pool is the headline)."""
+    pool, res = pools[0], results[0]
+    levels, k = res["levels"], res["k"]
+    c = res["counts"]
+    n_ab = c.get("ab_wrong_direction", [0, 0])[1]
+    n_aa = c.get("aa_any_claim", [0, 0])[1]
+    x = ", ".join(pool["settings"].get("b_sim_set") or []) or "none"
+    unit = "server starts" if pool["design"] == "nested" else "rounds"
+    lines = [
+        "# Known-answer calibration of the verdicts on real simulator runs (out of sample)", "",
+        "Everything here ran on the **simulator** (ttssim, `configs/sim/default.yaml`: modelled step times around the "
+        "real variant code on CPU), through the production path (`python -m loadtest.ab`, Locust, the runner, the "
+        "statistics). The rule under test (ttsreport/inference.py, docs/method.md) was designed and checked on "
+        "synthetic data only (reports/bench/verdicts-synthetic.md: thousands of experiments per cell, which is where "
+        "its error rates are known precisely); it was **not tuned on this pool**. This pool checks that the rule "
+        "behaves on real windows as on synthetic ones, with the precision its few disjoint experiments allow.", "",
+        "## Commands", "", "```",
+        *[" ".join(p.get("command") or []) for p in pools], *commands, "```", "",
+        "## The pool", "", *[ln for p in pools for ln in describe_pool(p)], "",
+        f"Known answers: A/A rounds (both windows arm A: true ratio 1) interleaved at seeded random positions; A/B "
+        f"rounds with `{x}` on arm B. That delay lengthens every talker step by that share; a request's latency also "
+        "holds parts that are not steps (code2wav of the last chunk, HTTP), so the throughput ratio it causes is only "
+        "approximately 1/(1+X/100); the realised ratio is measured below and used as the known value.", "",
+        f"Experiments: the pool is cut into disjoint experiments (no round in two of them). A/B: **k = {k} "
+        f"consecutive {unit}** each (in a nested design the start is the unit of the interval, so an experiment takes "
+        f"whole starts with every window pair inside them). A/A: **{res['k_aa']} consecutive A/A rounds** each, the "
+        "round as the unit (both windows of an A/A round run arm A inside one start: there is no start x arm variance "
+        "for a start unit to carry, and the report's A/A check treats them so too). Each experiment goes through "
+        "`ttsreport.analysis.compare` exactly as a run's report does (A/A rounds relabelled A/B, arms as recorded): "
+        f"ratio B/A = exp(mean ln(B/A)) over the units, 95 % Student t interval, Holm over {len(levels)} levels for "
+        f"the headline, TOST at ±{MARGIN_PCT:g} % for equivalence. The pool holds **{n_ab} disjoint A/B experiments "
+        f"and {n_aa} disjoint A/A experiments**: every rate below is k/n with its Wilson 95 % interval, and with n "
+        f"this small the intervals are wide (0/{n_aa} has an upper end of {100 * inf.wilson(0, max(n_aa, 1))[1]:.0f} "
+        "%). They can reveal a gross failure of the rule on real data, not confirm a 5 % error rate to a point; that "
+        "is the synthetic benchmark's job.", "",
+        "## Realised effect (whole pool)", "",
+        f"| level | throughput B/A (A/B rounds, 95 % CI over {unit}) | nominal 1/(1+X) | A/A throughput ratio | "
+        "p50 latency B/A | units |", "|---|---|---|---|---|---|",
+    ]
+    xpct = _x_pct(pool)
+    for lv in levels:
+        pr, pa, pl = res["pool_ratio"][lv], res["pool_ratio_aa"][lv], res["pool_latency_ratio"][lv]
+        lines.append(f"| c={lv} | {_fmt_ratio(pr)} | "
+                     + (f"×{1 / (1 + xpct / 100):.4f}" if xpct is not None else "n/a")
+                     + f" | {_fmt_ratio(pa)} | {_fmt_ratio(pl)} | {pr['n']} ({pr['n_rounds']} rounds) |")
+    lines += ["", "## Rates (disjoint experiments, Wilson 95 % intervals)", "",
+              "| quantity | result | target | ok |", "|---|---|---|---|"]
+
+    def row(label, key, target="", ok=None):
+        lines.append(f"| {label} | {rate(c.get(key))} | {target} | {'' if ok is None else ok(c.get(key))} |")
+
+    def le5(kn):
+        return "" if not kn or not kn[1] else ("yes" if inf.wilson(*kn)[0] <= 0.05 else "**no**")
+
+    row("**false claims at true 1: any level claimed (headline, Holm)**", "aa_any_claim", "≤ 5 %", le5)
+    for lv in levels:
+        row(f"false claims at true 1, c={lv}", f"aa_claim_{lv}", "≤ 5 %", le5)
+    for lv in levels:
+        row(f"95 % interval covers 1 (A/A), c={lv}", f"aa_covers_{lv}", "≈ 95 %")
+    row("equivalence (±1 %) claimed at every level, true 1", "aa_equivalent_all", "reported (TOST power)")
+    for lv in levels:
+        row(f"equivalence claimed at c={lv}, true 1", f"aa_equivalent_{lv}", "reported (TOST power)")
+    for lv in levels:
+        ep = res["expected_power"].get(lv)
+        ref = (f"expected {100 * ep['holm_first']:.0f}–{100 * ep['unadjusted']:.0f} % at this pool's spread"
+               if ep else "")
+        row(f"**detection of the known delay (\"slower\"), c={lv}**", f"ab_slower_{lv}", ref)
+    row("detection at every level", "ab_slower_all", "")
+    row("wrong direction (\"faster\" at any level)", "ab_wrong_direction", "≈ 0", le5)
+    row("false equivalence (±1 %) at the known delay, any level", "ab_false_equivalence", "≤ 5 %", le5)
+    for lv in levels:
+        row(f"95 % interval covers the realised ratio (leave-experiment-out), c={lv}", f"ab_covers_{lv}", "≈ 95 %")
+    if c.get("aa_too_small"):
+        lines.append(f"\n{c['aa_too_small'][1]} A/A experiment(s) had fewer than 2 units with A/A rounds and were "
+                     "not counted.")
+    lines += ["", "Expected detection: the exact power of the t test (noncentral t) for k units at the pool's own "
+              "per-unit spread and realised effect, at alpha/2 (Holm's first step over 2 levels) and at alpha; it is "
+              "a reference computed on the same data, not an independent prediction.", ""]
+    lines += ["## Every experiment", "", "| # | units | A/A: per level (ratio [95 % CI] → decision) | "
+              "A/B: per level (ratio [95 % CI] → decision; realised ratio left out) |", "|---|---|---|---|"]
+    for e in res["experiments"]:
+        def cell(d, realised=None):
+            if d is None:
+                return "none"
+            parts = []
+            for lv in levels:
+                r = d["levels"][lv]
+                if r["ratio"] is None:
+                    parts.append(f"c={lv}: no units")
+                    continue
+                parts.append(f"c={lv}: ×{r['ratio']:.4f} {_fmt_ci(r['ci'])} → {r['kind']}"
+                             + (f" (realised ×{realised[lv]:.4f})" if realised and realised.get(lv) else ""))
+            return "; ".join(parts) + f" ({len(d['rounds'])} rounds)"
+        lines.append(f"| {e['experiment']} | {', '.join(map(str, e['units']))} | {cell(e['aa'])} | "
+                     f"{cell(e['ab'], e['realised_leave_out'])} |")
+    lines += ["", "## Where the spread comes from (diagnostic of the set-up)", "",
+              "Root mean square of d = ln(B/A) per pair (A/B centred on the pool's A/B mean at that level, A/A on 0), "
+              "by how the pair's two windows ran: the level at the same place in both windows' seeded level orders or "
+              "not, and how many of the two windows began with the settle after a hot-swap switch. Throughput in "
+              "requests/s, and audio throughput (audio seconds per second) beside it.", "",
+              "| level | pair | same level position | windows after a switch | pairs | rms of d, throughput | "
+              "rms of d, audio throughput |", "|---|---|---|---|---|---|---|"]
+    for lv in levels:
+        audio = {(g["kind"], g["same_position"], g["settled_windows"]): g for g in res["noise_audio"][lv]}
+        for g in res["noise"][lv]:
+            au = audio.get((g["kind"], g["same_position"], g["settled_windows"]))
+            au_txt = "n/a" if au is None else f"{100 * au['rms']:.2f} %"
+            lines.append(f"| c={lv} | {g['kind'].upper()} | {'yes' if g['same_position'] else 'no'} | "
+                         f"{g['settled_windows']} | {g['n']} | {100 * g['rms']:.2f} % | "
+                         f"{au_txt} |")
+    if len(pools) > 1:
+        lines += ["", "## Other pools through the same rule", ""]
+        for p, r in zip(pools[1:], results[1:], strict=True):
+            cc = r["counts"]
+            lines.append(f"- `{p['name']}` ({p['design']}, k = {r['k']}): false claims at true 1 "
+                         f"{rate(cc.get('aa_any_claim'))}; detection "
+                         + ", ".join(f"c={lv} {rate(cc.get(f'ab_slower_{lv}'))}" for lv in r["levels"])
+                         + f"; wrong direction {rate(cc.get('ab_wrong_direction'))}")
+    return "\n".join(lines) + "\n"
+
+
+def _x_pct(pool: dict) -> float | None:
+    for s in pool["settings"].get("b_sim_set") or []:
+        key, _, val = s.partition("=")
+        if key.strip() == "model.extra_step_pct":
+            return float(val)
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- command line
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.calibrate", description=__doc__.splitlines()[0])
-    ap.add_argument("pool", help="A/B run folder: same variant both arms, known delay on B, many A/A rounds")
-    ap.add_argument("--rounds", default="5", help="A/B rounds per drawn experiment (plus 1 A/A round); a list: 5,8")
-    ap.add_argument("--experiments", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--level", default=None, help="level for the half-width target (default: the highest <= 64)")
-    ap.add_argument("--budget-s", type=float, default=600.0, help="time per arm for the half-width target")
-    ap.add_argument("--trim-end-s", type=float, default=0.0,
-                    help="end each measure window this much early (for a pool recorded without a drain)")
-    ap.add_argument("--parametric", type=int, default=1000, help="experiments per R of the normal model (0: none)")
-    ap.add_argument("--out", default=None, help="write the Markdown result here (e.g. reports/bench/verdicts.md)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--pools", nargs="+", metavar="RUN", help="A/B run folders (the first is the headline pool)")
+    src.add_argument("--from-json", nargs="+", metavar="FILE", help="raw form(s) written by --json")
+    ap.add_argument("--units", default="3", help="units (nested: starts; else rounds) per experiment; one per pool, "
+                                                 "comma-separated, the last repeats (default 3)")
+    ap.add_argument("--aa-units", type=int, default=3, help="A/A rounds per A/A experiment (default 3)")
+    ap.add_argument("--json", default=None, help="write the raw form here (with --pools)")
+    ap.add_argument("--out", default=None, help="write the Markdown here (e.g. reports/bench/verdicts.md)")
+    ap.add_argument("--command-note", action="append", default=[], help="a command line to list in the report")
     a = ap.parse_args(argv)
-    pool = Path(a.pool)
-    run = load_run(pool)
-    if a.trim_end_s:  # a pool recorded without a drain: end every window early, inside what was recorded
-        for b in run["blocks"]:
-            for c in b["counters"]:
-                if c.get("kind") == "snapshot" and c.get("edge") == "end" and c.get("t") is not None:
-                    c["t"] = float(c["t"]) - a.trim_end_s
-    summaries = [block_summary(b) for b in run["blocks"]]
-    levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
-    ab_pairs, aa_pairs = pool_pairs(summaries)
-    table = []
-    for R in [int(x) for x in str(a.rounds).split(",")]:
-        if R < 2 or len(ab_pairs) < R or len(aa_pairs) < R:
-            print(f"error: pool has {len(ab_pairs)} A/B and {len(aa_pairs)} A/A valid rounds; need >= {max(R, 2)} "
-                  "of each", file=sys.stderr)
-            return 2
-        table += draw(ab_pairs, aa_pairs, levels, R, a.experiments, np.random.default_rng(a.seed))
-    n = a.experiments
-    level = a.level or max((lv for lv in levels if int(lv) <= 64), key=int, default=levels[-1])
-    hw = halfwidth_within_budget(summaries, level, a.budget_s, pool)
-    man = run["manifest"]
-    sets = (man.get("settings") or {}).get("b_sim_set")
-    lines = [
-        "# Known-answer calibration of the verdicts (simulator)", "",
-        f"Pool: `{pool}` — {len(ab_pairs)} valid A/B rounds (B with `{', '.join(sets or [])}`), {len(aa_pairs)} valid "
-        f"A/A rounds, variants {man.get('variants')}, levels {levels}, scenario phases "
-        f"{(man.get('settings') or {}).get('phase_overrides')}, scenario overrides "
-        f"{(man.get('settings') or {}).get('scenario_set')}, sim config {(man.get('sim_config') or {}).get('path')}"
-        + (f"; every measure window ended {a.trim_end_s:g} s early (the pool ran without a drain)." if a.trim_end_s
-           else "."),
-        f"Each drawn experiment: R rounds, the headline on {METRICS[PRIMARY_METRIC].label} with the suite's rule "
-        f"(ratio B/A with a {CONFIDENCE:.0%} Student t interval on ln(B/A), Holm over {len(levels)} level(s), margin "
-        f"{MARGIN_PCT:g} %; docs/method.md). {n} experiments of each kind per R, drawn without replacement inside an "
-        "experiment; experiments overlap, so the binomial intervals are optimistic: the last column says how many "
-        "disjoint experiments the pool holds.", "",
-        "| R | quantity | result | target | disjoint |", "|---|---|---|---|---|", *table,
-    ]
-    if a.parametric:
-        lines += ["", "## The same rule on a normal model of this pool's spread", "",
-                  *parametric(ab_pairs, aa_pairs, level, [int(x) for x in str(a.rounds).split(",")],
-                              a.parametric, a.seed)]
-    lines += ["", f"## CI half-width within {a.budget_s / 60:.0f} min per arm at c={level}", ""]
-    if hw["half_width_pct"] is not None:
-        sp = hw["split"]
-        tot = sp["total_s"] or 1.0
-        lines += [
-            f"{hw['rounds']} A/B rounds fit ({hw['seconds_per_arm']['A']:.0f} s arm A, "
-            f"{hw['seconds_per_arm']['B']:.0f} s arm B). {METRICS[PRIMARY_METRIC].label} B/A ×{hw['ratio']:.4f} "
-            f"[{hw['ci'][0]:.4f}, {hw['ci'][1]:.4f}], per-round sd of ln(B/A) {(hw['sd_log'] or 0):.4f}, 95 % CI "
-            f"half-width **{hw['half_width_pct']:.2f} %** (Student t on ln(B/A)). Target: <= 1 %.", "",
-            f"Time split of those blocks: server start to ready {sp['ready_s']:.0f} s ({100 * sp['ready_s'] / tot:.0f} %),"
-            f" Locust run (warm-up + measure + drain + its start) {sp['load_s']:.0f} s "
-            f"({100 * sp['load_s'] / tot:.0f} %), server stop {sp['stop_s']:.0f} s ({100 * sp['stop_s'] / tot:.0f} %), "
-            f"total {tot:.0f} s.",
-        ]
-    else:
-        lines.append("not enough rounds for a half-width")
-    text = "\n".join(lines) + "\n"
+    try:
+        ks = [int(x) for x in str(a.units).split(",")]
+        if any(x < 2 for x in ks) or a.aa_units < 2:
+            raise ValueError("--units: an experiment needs at least 2 units (a t interval needs 2)")
+        pools = [pool_record(p) for p in a.pools] if a.pools else read_pools(*a.from_json)
+        if not pools:
+            raise ValueError("no pool")
+        if a.json and a.pools:
+            write_pools(a.json, pools)
+        results = []
+        for i, p in enumerate(pools):
+            k = ks[min(i, len(ks) - 1)]
+            results.append(calibrate(p, k, a.aa_units))
+            if not any(e["ab"] for e in results[-1]["experiments"]):
+                raise ValueError(f"{p['name']}: fewer than {k} units of A/B rounds: no experiment")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cmds = list(a.command_note) or [
+        "python -m tools.calibrate --from-json " + " ".join(a.from_json or [a.json or "<raw.json>"])
+        + f" --units {a.units} --aa-units {a.aa_units}" + (f" --out {a.out}" if a.out else "")]
+    text = render(pools, results, cmds)
     print(text)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(text, encoding="utf-8")
-    return 0 if math.isfinite(n) else 1
+    return 0
 
 
 if __name__ == "__main__":
