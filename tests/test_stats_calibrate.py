@@ -110,3 +110,15 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "not an A/B run folder" in capsys.readouterr().err
     assert calibrate.main(["--pools", str(run), "--units", "20"]) == 2
     assert "fewer than 20 units" in capsys.readouterr().err
+
+
+def test_an_interrupted_pool_ends_with_its_last_window(tmp_path):
+    # A pool stopped mid-run has no "ended" in its manifest: its wall clock ends with the last window that ended.
+    run = nested_pool(tmp_path / "pool", starts=3)
+    man_path = run / "manifest.json"
+    man = json.loads(man_path.read_text())
+    man["ended"], man["status"] = None, "running"
+    man_path.write_text(json.dumps(man))
+    pool = calibrate.pool_record(run)
+    assert pool["ended"] == "2026-01-01T00:01:00Z"
+    assert pool["wall_s"] == 60.0

@@ -81,8 +81,11 @@ def pool_record(run_dir: str | Path) -> dict:
     settings = man.get("settings") or {}
     keep = ("a", "b", "sim_config", "sim_set", "b_sim_set", "design", "rounds", "aa_rounds", "starts",
             "window_pairs", "settle_s", "phase_overrides", "levels", "last_drain_s", "scenario_set", "scenario")
+    ended = man.get("ended")
+    if not ended:  # an interrupted run: its wall clock ends with the last window that ended
+        ended = max((str(b["meta"].get("ended")) for b in run["blocks"] if b["meta"].get("ended")), default=None)
     return {"name": Path(run_dir).name, "design": design, "git_revision": man.get("git_revision"),
-            "started": man.get("started"), "ended": man.get("ended"), "wall_s": _wall_s(man),
+            "started": man.get("started"), "ended": ended, "wall_s": _wall_s({**man, "ended": ended}),
             "status": man.get("status"), "command": man.get("command"), "seed": (man.get("seeds") or {}).get("order"),
             "variants": man.get("variants"), "labels": man.get("labels"), "sim_config": man.get("sim_config"),
             "settings": {k: settings.get(k) for k in keep if k in settings}, "host": man.get("host"),
