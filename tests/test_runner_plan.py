@@ -266,7 +266,9 @@ def test_demo_preset_is_a_swap_design_on_the_demo_files():
     a = _args()
     for k, v in ab.DEMO.items():
         setattr(a, k, v)
-    assert a.design == "swap" and a.aa_rounds >= 1 and a.rounds >= 3
+    # one start, at least 3 A/B rounds (the minimum for an interval); A/A rounds are left to real runs so the demo
+    # fits in 5 minutes (README)
+    assert a.design == "swap" and a.rounds >= 3
     sc = load_scenario(str(ROOT / a.scenario))
     assert sc.steps[0].count_s > 0 and min(s.concurrency for s in sc.steps) == 8
     assert argparse.Namespace is type(a)
