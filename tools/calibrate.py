@@ -85,7 +85,7 @@ def pool_record(run_dir: str | Path) -> dict:
     if not ended:  # an interrupted run: its wall clock ends with the last window that ended
         ended = max((str(b["meta"].get("ended")) for b in run["blocks"] if b["meta"].get("ended")), default=None)
     return {"name": Path(run_dir).name, "design": design, "git_revision": man.get("git_revision"),
-            "started": man.get("started"), "ended": ended, "wall_s": _wall_s({**man, "ended": ended}),
+            "started": man.get("started"), "ended": ended, "wall_s": _wall_s(man.get("started"), ended),
             "status": man.get("status"), "command": man.get("command"), "seed": (man.get("seeds") or {}).get("order"),
             "variants": man.get("variants"), "labels": man.get("labels"), "sim_config": man.get("sim_config"),
             "settings": {k: settings.get(k) for k in keep if k in settings}, "host": man.get("host"),
@@ -95,10 +95,10 @@ def pool_record(run_dir: str | Path) -> dict:
             "load_average": load, "starts": starts, "windows": windows}
 
 
-def _wall_s(man: dict) -> float | None:
+def _wall_s(started: str | None, ended: str | None) -> float | None:
     try:
-        a, b = (datetime.fromisoformat(str(man[k]).replace("Z", "+00:00")) for k in ("started", "ended"))
-    except (KeyError, TypeError, ValueError):
+        a, b = (datetime.fromisoformat(str(t).replace("Z", "+00:00")) for t in (started, ended))
+    except (TypeError, ValueError):
         return None
     return (b - a).total_seconds()
 
