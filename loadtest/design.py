@@ -1,14 +1,16 @@
 """The window plan of an A/B run: which arm runs in which window, inside which server start, in which order.
 
-A window is one Locust run of one arm through every level (levels in its own seeded order); a round is two windows
-compared level by level (kind "ab": arm A and arm B; kind "aa": arm A twice, labelled A and B). Designs:
+A window is one Locust run of one arm through every level; a round is two windows compared level by level (kind "ab": arm A and arm B; kind "aa": arm A twice, labelled A and B). Designs:
 - fresh: every window in its own server start; a round's arm order is a seeded coin flip (the original design).
 - swap: one server start; the arms alternate in balanced seeded ABBA / BAAB pairs of rounds (hot swap through the
   control file; needs arms that differ only in the plugin variant).
 - nested: S server starts of W A/B window pairs each (balanced ABBA / BAAB, inside each start when W is even); the
   start is the unit of the confidence interval, the pairs inside it are the repeated measures.
 A/A rounds sit at seeded random positions among the A/B rounds (redrawn if they would all come first), so the noise
-floor is measured across the run, not only at its start. Pure: the same arguments give the same plan.
+floor is measured across the run, not only at its start. The level order is drawn per round and run by both windows of
+the round: a level's throughput depends on what ran before it in the window (idle server or a higher level's leftover
+requests), so two windows compared with each other must meet the same history; across rounds the order is random, so
+no level is tied to the time since a start. Pure: the same arguments give the same plan.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ def aa_positions(rounds: int, aa_rounds: int, rng: random.Random, within: int | 
             return pos
 
 
-def level_order(levels: list[int], seed: int, block_id: str) -> list[int]:
-    """A window's levels in its own seeded random order (the same for a rerun of the window)."""
-    return random.Random(f"{seed}:levels:{block_id}").sample(list(levels), len(levels))
+def level_order(levels: list[int], seed: int, round_: int) -> list[int]:
+    """A round's levels in a seeded random order: both windows of the round run it, and so does a rerun of either."""
+    return random.Random(f"{seed}:levels:r{round_}").sample(list(levels), len(levels))
 
 
 def _orders(kinds: list[str], design: str, rng: random.Random) -> list[tuple[str, str]]:
@@ -62,7 +64,7 @@ def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: i
     rounds: A/B rounds (the maximum of a sequential run); aa_rounds: A/A rounds placed among them (aa_within: only in
     the first that many positions, so a sequential run has them all before its first possible stop). design: fresh,
     swap or nested (window_pairs W A/B pairs per start; A/A rounds join the start of the A/B round after them).
-    a, b: the arms' variants (None: an arm without the plugin). levels: the concurrency levels, shuffled per window.
+    a, b: the arms' variants (None: an arm without the plugin). levels: the concurrency levels, shuffled per round.
 
     Each window: block_id, round, kind, arm ("A"/"B": its side of the comparison), variant, spec (the experiment arm
     whose server runs it: "A" for both windows of an A/A round), start (planned server start), position (0/1 in its
@@ -88,7 +90,7 @@ def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: i
             start = len(plan) if design == "fresh" else group
             plan.append({"block_id": block_id, "round": r, "kind": kind, "arm": arm,
                          "variant": a if spec == "A" else b, "spec": spec, "start": start, "position": position,
-                         "levels": level_order(levels, seed, block_id) if levels else []})
+                         "levels": level_order(levels, seed, r) if levels else []})
     prev: dict[int, str] = {}  # a switch: the start's previous window ran the other arm's settings (variant, or a
     for w in plan:  # known-answer run's hot-swapped simulator settings)
         w["switch"] = design in SWAPPED and w["start"] in prev and prev[w["start"]] != w["spec"]

@@ -414,7 +414,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
             w["levels"], w["order"] = [s.concurrency for s in sc.steps], list(range(len(sc.steps)))
     d["starts"] = len(starts_of(plan))
     d["aa_positions"] = sorted({w["round"] for w in plan if w["kind"] == "aa"})
-    d["level_order"] = "seeded per window" if len(order) == len(sc.steps) else "fixed (repeated concurrencies)"
+    d["level_order"] = "seeded per round" if len(order) == len(sc.steps) else "fixed (repeated concurrencies)"
     d["hot_swap"] = d["name"] in SWAPPED
     settings.update(
         backend="sim" if exp.simulated else "vllm", design=d["name"], rounds=d["rounds"], aa_rounds=d["aa_rounds"],

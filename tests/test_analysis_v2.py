@@ -169,7 +169,7 @@ def test_swap_design_is_conditional_on_its_start(tmp_path):
     assert comp["settings"]["unit"] == "round" and "conditional on that start" in comp["settings"]["swap_note"]
     assert comp["per_level"]["4"]["metrics"]["throughput_rps"]["n"] == 4
     assert comp["per_level"]["4"]["design"]["components"] is None  # one start: no between-start variance
-    assert summary["design"] == {"name": "swap", "unit": "round", "starts": 1}
+    assert summary["design"] == {"name": "swap", "unit": "round", "starts": 1, "level_order": None}
 
 
 def test_requests_spanning_a_switch_are_left_out(tmp_path):

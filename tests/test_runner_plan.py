@@ -1,5 +1,5 @@
 """The A/B runner's plan (unit tier): designs fresh / swap / nested, balanced ABBA/BAAB orders, A/A rounds interleaved
-at seeded positions, level orders per window, the window's own scenario, the experiment behind a run and the design's
+at seeded positions, level orders per round, the window's own scenario, the experiment behind a run and the design's
 arguments."""
 
 from __future__ import annotations
@@ -80,14 +80,17 @@ def test_aa_rounds_sit_at_seeded_random_positions_never_all_first():
     assert aa_positions(3, 2, __import__("random").Random(0), within=2) == [0, 1]  # nothing else possible
 
 
-def test_level_order_is_a_seeded_permutation_per_window():
-    p = make_plan(10, 1, "original", "fixed", 3, levels=LEVELS)
-    orders = [tuple(w["levels"]) for w in p]
-    assert all(sorted(o) == sorted(LEVELS) for o in orders)
-    assert len(set(orders)) > 5  # not one order for everyone
-    assert level_order(LEVELS, 3, p[4]["block_id"]) == p[4]["levels"]  # a rerun of the window: the same order
-    assert make_plan(10, 1, "original", "fixed", 4, levels=LEVELS)[4]["levels"] != p[4]["levels"] or \
-        make_plan(10, 1, "original", "fixed", 4, levels=LEVELS)[5]["levels"] != p[5]["levels"]
+def test_level_order_is_a_seeded_permutation_per_round_shared_by_its_windows():
+    for design, pairs in (("fresh", None), ("swap", None), ("nested", 2)):
+        p = make_plan(10, 2, "original", "fixed", 3, design=design, window_pairs=pairs, levels=LEVELS)
+        assert all(sorted(w["levels"]) == sorted(LEVELS) for w in p)
+        for rnd in rounds_of(p):  # the two windows compared with each other meet the same level history
+            assert len(rnd) == 2 and rnd[0]["levels"] == rnd[1]["levels"]
+            assert level_order(LEVELS, 3, rnd[0]["round"]) == rnd[0]["levels"]  # a rerun: the same order
+        orders = [tuple(rnd[0]["levels"]) for rnd in rounds_of(p)]
+        assert len(set(orders)) > 5  # random across rounds: no level tied to the time since a start
+    assert [w["levels"] for w in make_plan(10, 1, "original", "fixed", 4, levels=LEVELS)] != \
+        [w["levels"] for w in make_plan(10, 1, "original", "fixed", 3, levels=LEVELS)]  # seeded
 
 
 def test_nested_is_s_starts_of_w_pairs_and_switches_are_marked():

@@ -284,8 +284,11 @@ def design_section(summary: dict, comparison: dict) -> Section:
               DASH if b.get("position") is None else str(b["position"]),
               " → ".join(str(x) for x in b["level_order"]) if b.get("level_order") else "scenario order (version 1)"]
              for b in summary["blocks"]]
+    how = {"seeded per round": "drawn per round from the run's seed, the same for both windows of the round",
+           "seeded per window": "drawn per window from the run's seed (runs made before it was drawn per round)"}
     sec.parts.append(Table(["window", "round", "kind", "arm", "start", "position", "level order"], lrows,
-                           "Level order: drawn per window from the run's seed (block.json `levels`).",
+                           "Level order: " + how.get(summary["design"].get("level_order"), "as the scenario lists "
+                                                     "the levels") + " (block.json `levels`).",
                            caption=f"Level order of each window ({len(lrows)} windows)", collapsed=True))
     return sec
 
