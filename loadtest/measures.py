@@ -49,4 +49,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "benchmark)", verdict=False),
 )}
 VERDICT_METRICS = tuple(k for k, m in METRICS.items() if m.verdict)
-PRIMARY_METRIC = "throughput_rps"
+# The default primary metric (an experiment file names its own): audio seconds per second, the TTS server's work rate.
+# Requests per second counts a 1.4 s and a 3 s request alike, so when one arm gets further through the prompt
+# sequence in a window its rate moves with the prompt mix; audio throughput weighs each request by its audio. On the
+# simulator's demo windows ln(B/A) per round spread 4-5x less for it at c=8 (docs/method.md, section 4).
+PRIMARY_METRIC = "audio_throughput"

@@ -48,12 +48,13 @@ def test_markdown_has_banners_and_verdicts(built):
     md = (run / "summary.md").read_text()
     assert "SIMULATED BACKEND" in md and "PARTIAL RUN" in md and f"INVALID WINDOW {bad}" in md
     assert "manipulation check failed" in md
-    # B's latency x0.95: throughput faster at c=16 as the primary metric (Holm), a ratio near 1/0.95 with its interval
-    row = re.search(r"\| c=16 \| throughput \| primary \(Holm\) \| [^|]+ \| [^|]+ \| ×(1\.0\d\d) \| \[[^|]+\] \| "
+    # B's latency x0.95: audio throughput (the default primary metric) faster at c=16 (Holm), a ratio near 1/0.95
+    row = re.search(r"\| c=16 \| audio throughput \| primary \(Holm\) \| [^|]+ \| [^|]+ \| ×(1\.0\d\d) \| \[[^|]+\] \| "
                     r"B 1\.0\dx faster \| faster \|", md)
     assert row and abs(float(row.group(1)) - 1 / 0.95) < 0.01, md
+    assert "|  | throughput | secondary, uncorrected |" in md
     assert "| p50 latency | secondary, uncorrected |" in md and "| error rate | own verdict (rates) |" in md
-    assert "**Primary metric throughput: faster" in md
+    assert "**Primary metric audio throughput: faster" in md
 
 
 def test_html_is_self_contained(built):

@@ -122,3 +122,37 @@ def test_an_interrupted_pool_ends_with_its_last_window(tmp_path):
     pool = calibrate.pool_record(run)
     assert pool["ended"] == "2026-01-01T00:01:00Z"
     assert pool["wall_s"] == 60.0
+
+
+def _rounds_pool(d_aa, d_ab):
+    """A raw-form pool whose rounds have exactly these ln(B/A) values of the primary metric (A/A rounds first)."""
+    wins = []
+    for r, (kind, d) in enumerate([("aa", x) for x in d_aa] + [("ab", x) for x in d_ab]):
+        for arm, v in (("A", 10.0), ("B", 10.0 * math.exp(d))):
+            wins.append({"block_id": f"{r:03d}-{arm}", "round": r, "kind": kind, "arm": arm, "start": 0,
+                         "position": arm == "B", "valid": True, "levels": {"8": {calibrate.PRIMARY_METRIC: v}}})
+    return {"design": "swap", "windows": wins}
+
+
+def test_assumption_checks_find_bias_dependence_and_outliers():
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.0, 0.01, 40)
+    iid = list(x - x.mean())  # mean exactly 0: its interval holds 0 whatever the draw
+    ar = [0.0]
+    for _ in range(39):  # strongly autocorrelated rounds (a drift the pairing did not cancel)
+        ar.append(0.9 * ar[-1] + rng.normal(0.0, 0.01))
+    ok = {a["kind"]: a for a in calibrate.assumptions(_rounds_pool(iid, [x - 0.02 for x in iid]), "8")}
+    assert ok["aa"]["mean_ci"][0] <= 0 <= ok["aa"]["mean_ci"][1] and abs(ok["aa"]["lag1"]) <= ok["aa"]["lag1_band"]
+    assert ok["aa"]["shapiro_p"] >= 0.01 and ok["aa"]["sd_ci"][0] < 0.01 < ok["aa"]["sd_ci"][1]
+    assert math.isclose(ok["ab"]["mean"], ok["aa"]["mean"] - 0.02) and math.isclose(ok["ab"]["sd"], ok["aa"]["sd"])
+    biased = {a["kind"]: a for a in calibrate.assumptions(_rounds_pool([x + 0.02 for x in iid], ar), "8")}
+    assert biased["aa"]["mean_ci"][0] > 0  # a 2 % A/A bias at 1 % noise over 40 rounds
+    assert biased["ab"]["lag1"] > biased["ab"]["lag1_band"]  # the drift
+    outlier = {a["kind"]: a for a in calibrate.assumptions(_rounds_pool(iid[:-1] + [0.2], iid), "8")}
+    assert outlier["aa"]["shapiro_p"] < 0.01
+    text = "\n".join(calibrate.assumptions_lines({"levels": ["8"], "assumptions": {"8": list(biased.values())}}))
+    assert "**biased**" in text and "**correlated**" in text
+    flat = calibrate.assumptions(_rounds_pool([0.0] * 5, [0.01] * 5), "8")  # no spread: no normality test
+    assert all(a["shapiro_p"] is None and a["sd"] == 0 for a in flat)

@@ -18,12 +18,13 @@ def test_known_effect_detected(tmp_path):
     run = make_run(tmp_path / "r", rounds=6, slow_b=0.05, noise=0.005)
     summary, comp = summarize(run)
     assert summary["simulated"] and not summary["partial"] and not summary["invalid_blocks"]
-    assert comp["headline"]["kind"] == "slower" and comp["headline"]["metric"] == "throughput_rps"
+    assert comp["headline"]["kind"] == "slower" and comp["headline"]["metric"] == "audio_throughput"  # the default
     for lv in ("8", "64"):
-        thr = comp["per_level"][lv]["metrics"]["throughput_rps"]
-        assert thr["kind"] == "slower" and thr["role"] == "primary", thr["text"]
-        # B's latency x1.05 in a closed loop: throughput ratio 1/1.05, and the interval around it
-        assert thr["ci"][0] < thr["ratio"] < thr["ci"][1] and abs(thr["ratio"] - 1 / 1.05) < 0.01
+        for key, role in (("audio_throughput", "primary"), ("throughput_rps", "secondary")):
+            thr = comp["per_level"][lv]["metrics"][key]
+            assert thr["kind"] == "slower" and thr["role"] == role, thr["text"]
+            # B's latency x1.05 in a closed loop: throughput ratio 1/1.05, and the interval around it
+            assert thr["ci"][0] < thr["ratio"] < thr["ci"][1] and abs(thr["ratio"] - 1 / 1.05) < 0.01
         lat = comp["per_level"][lv]["metrics"]["e2e_p50"]
         assert lat["kind"] == "slower" and lat["role"] == "secondary" and "uncorrected" in lat["text"]
         assert lat["text"].startswith("slower: B p50 latency ×1.0")
