@@ -272,7 +272,7 @@ def test_demo_settings_live_in_the_config_files():
     assert d["design"] == "swap"  # one server start: no start-up per window
     sc = load_scenario(str(ROOT / d["scenario"]))
     assert [s.concurrency for s in sc.steps] == [8, 64]
-    assert [(s.count_s, s.warmup_s, s.measure_s, s.drain_s) for s in sc.steps] == [(1, 2, 6, 0), (1, 8, 12, 7)]
+    assert [(s.count_s, s.warmup_s, s.measure_s, s.drain_s) for s in sc.steps] == [(1, 4, 8, 0), (1, 6, 12, 6.5)]
     assert sc.mix == {"short": 1}
     windows = (d["rounds"] + d["aa_rounds"]) * 2
     assert sc.duration_s * windows + d["settle_s"] * windows < 240  # 6 windows of load inside `make demo`'s 5 min
