@@ -2,7 +2,7 @@
 
 Real runs cannot give hundreds of 20-minute experiments on a shared 2-core machine, so the comparison has three parts:
 1. MEASURED, from real simulator runs of each design at one level (default c = 64): the per-pair log ratios of
-   throughput d = ln(B/A) (A/A and A/B rounds), their spread per design, the variance components of the nested run
+   primary metric's d = ln(B/A) (A/A and A/B rounds), their spread per design, the variance components of the nested run
    (inference.variance_components: between starts, between window pairs inside a start, inside a window), the
    start-to-start spread of the level itself, and the costs (a start: start.json ready_s + stop_s; a window: its
    wall time less the start's share, so Locust start-up and the settle after a switch are in it).
@@ -34,7 +34,7 @@ import numpy as np
 from scipy import special as sc
 
 from ttsreport import inference as inf
-from ttsreport.blocks import PRIMARY_METRIC
+from ttsreport.blocks import METRICS, PRIMARY_METRIC
 
 from . import calibrate as cal
 
@@ -53,7 +53,7 @@ TARGET_FALSE = 0.05
 
 
 def _d_rows(pool: dict, level: str, kind: str) -> list[dict]:
-    """Per round of `kind` with both windows valid: d = ln(B/A) of throughput, its start(s), position, sampling
+    """Per round of `kind` with both windows valid: d = ln(B/A) of the primary metric, its start(s), position, sampling
     variance (sum of the two windows' within-window variances) and the windows' own ln values."""
     out = []
     for r, arms in sorted(cal.pairs_of(pool, kind).items()):
@@ -86,7 +86,7 @@ def var_ci(var: float, df: int, level: float = 0.95) -> tuple[float, float]:
 
 def level_components(rows_ab: list[dict], rows_aa: list[dict], mean_d: float) -> dict:
     """Start-to-start spread of the level itself (what a fresh design pays twice per round) from a nested run: one-way
-    ANOVA of each window's ln throughput by start, arm B's windows shifted back by the A/B mean effect."""
+    ANOVA of each window's ln primary metric by start, arm B's windows shifted back by the A/B mean effect."""
     by: dict[int, list[float]] = {}
     for r in rows_ab:
         by.setdefault(r["start"], []).extend([r["ya"], r["yb"] - mean_d])
@@ -187,7 +187,7 @@ def _mean(xs) -> float | None:
 
 
 def model_of(meas: dict) -> dict:
-    """The normal model of d the projection draws from, in variances of ln(B/A) of throughput, and where each came
+    """The normal model of d the projection draws from, in variances of ln(B/A) of the primary metric, and where each came
     from. sigma2_start: start x arm variance (nested components); within_start: the spread of a window pair inside one
     start (nested: its within-start mean square, which holds the window's own sampling noise; swap: its measured pair
     variance); fresh: the measured per-round variance of the fresh run, and its prediction from the nested run's
@@ -430,7 +430,8 @@ def render(pools: list[dict], meas: dict, projs: dict, checks: dict, commands: l
         f"Projection: {trials} experiments per design and cell, seed {seed} (numpy default_rng([seed, design, "
         f"start-up case])); analysis run time {elapsed_s:.0f} s.", "",
         "## The runs (measured)", "", *[ln for p in pools for ln in cal.describe_pool(p)], "",
-        f"## Measured at c = {lv}: spread of d = ln(B/A) of throughput, and costs", "",
+        f"## Measured at c = {lv}: spread of d = ln(B/A) of {METRICS[PRIMARY_METRIC].label} (the primary metric), "
+        "and costs", "",
         "| design (run) | A/B pairs: mean B/A, sd of d | A/A pairs: mean, sd of d | pooled per-pair sd [95 % CI] | "
         "mean sampling sd of d from the requests | start (ready + stop) | window |", "|---|---|---|---|---|---|---|"]
     for design in DESIGNS:
@@ -455,7 +456,8 @@ def render(pools: list[dict], meas: dict, projs: dict, checks: dict, commands: l
                   f"windows' own sampling variance from their requests would be sd {_pct_sd(nc['sigma2_within'])} "
                   f"and the rest, between pairs, raw {nc['sigma2_pair_raw']:+.3g}"
                   + (f" (truncated to 0: {', '.join(nc['truncated'])})" if nc["truncated"] else "") + ". "
-                  f"The level itself (one-way ANOVA of ln throughput by start over {lvl.get('n_windows')} windows): "
+                  f"The level itself (one-way ANOVA of ln {METRICS[PRIMARY_METRIC].label} by start over "
+                  f"{lvl.get('n_windows')} windows): "
                   f"start-to-start sd {_pct_sd(lvl['sigma2_level_start'])}, window-to-window inside a start sd "
                   f"{_pct_sd(lvl['sigma2_window'])}."]
         for name, x in meas.get("cross", {}).items():
