@@ -1,6 +1,7 @@
 """The window plan of an A/B run: which arm runs in which window, inside which server start, in which order.
 
-A window is one Locust run of one arm through every level; a round is two windows compared level by level (kind "ab": arm A and arm B; kind "aa": arm A twice, labelled A and B). Designs:
+A window is one Locust run of one arm through every level; a round is two windows compared level by level (kind
+"ab": arm A and arm B; kind "aa": arm A twice, labelled A and B). Designs:
 - fresh: every window in its own server start; a round's arm order is a seeded coin flip (the original design).
 - swap: one server start; the arms alternate in balanced seeded ABBA / BAAB pairs of rounds (hot swap through the
   control file; needs arms that differ only in the plugin variant).

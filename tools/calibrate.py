@@ -11,7 +11,9 @@ round). Each experiment's A/B rounds and, separately, its A/A rounds (relabelled
 run through the suite's own comparison (ttsreport.analysis.compare: ratio B/A, Student t on ln(B/A) over the units,
 Holm over levels, TOST at the margin), and the outcomes are counted: false claims at a true ratio of 1, detection
 and wrong direction at the known delay, coverage, equivalence claims. Every rate carries its Wilson 95 % interval;
-its precision is set by the number of disjoint experiments, which is small, and the report says so.
+its precision is set by the number of disjoint experiments, which is small, and the report says so. Beside the
+counts, every round of the pool checks what the synthetic benchmark assumes of d (no A/A bias, independent rounds,
+normal spread): where that holds, the synthetic benchmark's precise rates are the ones that apply.
 
 The raw form (`--json`, schema tts-calibration-pools/1) holds per window and level the metric values, request counts
 and the window's sampling variance, with start, round, order and timing, plus the run's settings and command: enough
