@@ -188,6 +188,26 @@ def test_requests_spanning_a_switch_are_left_out(tmp_path):
     assert switched["levels"][lv]["n_spanning"] == len(spanning)
 
 
+def test_requests_of_an_earlier_level_inside_a_measure_window_are_warned_about(tmp_path):
+    # A level after a higher one: that level's stopped users finish their requests during the next level's warm-up;
+    # one still running 2 s into the next measure window means that window ran under extra load.
+    run = sr.fresh(tmp_path / "r", rounds=2, aa_rounds=0)
+    assert not any("were still running" in w for w in summarize(run)[0]["warnings"])
+    blk = next(p for p in sorted((run / "blocks").iterdir()))
+    meta = json.loads((blk / "block.json").read_text())
+    first, second = meta["levels"][0], meta["levels"][1]
+    t0 = next(c["t"] for c in map(json.loads, (blk / "counters.jsonl").read_text().splitlines())
+              if c.get("kind") == "snapshot" and c.get("edge") == "start" and c["concurrency"] == second)
+    reqs = [json.loads(x) for x in (blk / "requests.jsonl").read_text().splitlines()]
+    late = {**next(r for r in reqs if r["concurrency"] == first and r["ok"]), "t_start": t0 - 1.0, "e2e_s": 3.0,
+            "phase": "drain"}
+    (blk / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reqs + [late]))
+    warn = [w for w in summarize(run)[0]["warnings"] if "were still running" in w]
+    assert warn == [f"c={second}: requests of the level before it were still running up to 2.0 s into its measure "
+                    "window (up to 1 requests, in 1 window(s)): the level was measured under extra load; lengthen "
+                    "its warm-up past the preceding level's request lifetime"]
+
+
 @pytest.mark.parametrize("source", ["process", "nvml"])
 def test_telemetry_averaged_over_the_measure_windows(tmp_path, source):
     run = sr.fresh(tmp_path / "r", rounds=2, telemetry=source)

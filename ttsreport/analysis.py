@@ -346,6 +346,9 @@ def _starts(starts: dict) -> list[dict]:
              "evidence": s.get("evidence"), "switches": len(s.get("switches") or [])} for _, s in sorted(starts.items())]
 
 
+LATE_TOLERANCE_S = 0.5  # an earlier level's request ending this far into a measure window is not worth a warning
+
+
 def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
     out = []
     for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
@@ -367,6 +370,19 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
             out.append(f"c={last}: no drain after the last measure window (window {b['meta'].get('block_id')}"
                        "): requests still running at the stop are unrecorded, so its throughput reads low")
             break
+    late: dict[int, list[tuple[int, float]]] = {}  # level -> (requests, seconds) of an earlier level in its window
+    for b in run["blocks"]:  # a level after a higher one: the stopped users finish their requests during its warm-up
+        edges = measure_edges(b["counters"])
+        for c, (t0, _t1) in edges.items():
+            over = [r["t_start"] + r["e2e_s"] - t0 for r in b["requests"] if r.get("e2e_s") is not None
+                    and r.get("concurrency") != c and r["t_start"] < t0 < r["t_start"] + r["e2e_s"]]
+            if over and max(over) > LATE_TOLERANCE_S:
+                late.setdefault(c, []).append((len(over), max(over)))
+    for c, rows in sorted(late.items()):
+        out.append(f"c={c}: requests of the level before it were still running up to {max(s for _, s in rows):.1f} s "
+                   f"into its measure window (up to {max(n for n, _ in rows)} requests, in {len(rows)} window(s)): "
+                   "the level was measured under extra load; lengthen its warm-up past the preceding level's "
+                   "request lifetime")
     spanning = sum(b["spanning"].get("measure", b["spanning"]["left_out"]) for b in summaries)
     if spanning:  # a switch lands in a window's first count phase: only measure-phase requests matter here
         out.append(f"{spanning} measure-phase request(s) spanned a variant switch and were left out of the window "
