@@ -156,3 +156,29 @@ def test_assumption_checks_find_bias_dependence_and_outliers():
     assert "**biased**" in text and "**correlated**" in text
     flat = calibrate.assumptions(_rounds_pool([0.0] * 5, [0.01] * 5), "8")  # no spread: no normality test
     assert all(a["shapiro_p"] is None and a["sd"] == 0 for a in flat)
+
+
+def test_left_out_rounds_are_named_with_their_reason(tmp_path, capsys):
+    pool = _rounds_pool([0.0] * 4, [0.01] * 6)
+    cut = calibrate.exclude_rounds(pool, "1-2, 7", "a test run shared the box")
+    assert sorted({w["round"] for w in cut["windows"]}) == [0, 3, 4, 5, 6, 8, 9]
+    assert cut["excluded"] == {"rounds": [1, 2, 7], "why": "a test run shared the box"}
+    assert len(pool["windows"]) == 20  # the pool itself is untouched
+    assert calibrate._ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    for spec, why, msg in (("3-1", "x", "not a round or a range"), ("a", "x", "not a round or a range"),
+                           ("2", " ", "needs --exclude-why")):
+        try:
+            calibrate.exclude_rounds(pool, spec, why)
+        except ValueError as e:
+            assert msg in str(e)
+        else:
+            raise AssertionError(spec)
+    run = nested_pool(tmp_path / "pool")
+    assert calibrate.main(["--pools", str(run), "--exclude-rounds", "2-x", "--exclude-why", "y"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--exclude-rounds" in err[0]
+    out = tmp_path / "v.md"
+    assert calibrate.main(["--pools", str(run), "--exclude-rounds", "0-2", "--exclude-why", "busy box",
+                           "--out", str(out)]) == 0
+    assert "**rounds left out of every number below: 0-2** (busy box)" in out.read_text()
+    assert "--exclude-rounds 0-2 --exclude-why 'busy box'" in out.read_text()

@@ -414,14 +414,43 @@ def describe_pool(pool: dict) -> list[str]:
         f"- command: `{cmd}`",
         f"- arms: A `{(pool.get('labels') or {}).get('A')}`, B `{(pool.get('labels') or {}).get('B')}`; sim config "
         f"`{(pool.get('sim_config') or {}).get('path')}`; phases {s.get('phase_overrides')}, last drain "
-        f"{s.get('last_drain_s')}, scenario overrides {s.get('scenario_set')}, design {pool.get('design_args')}",
+        f"{s.get('last_drain_s')}, scenario `{s.get('scenario')}`, scenario overrides {s.get('scenario_set')}, design "
+        f"{pool.get('design_args')}",
         f"- {len(pool['starts'])} server starts, {len(ws)} windows ({valid} valid), {len(ab)} A/B rounds and {len(aa)} "
         f"A/A rounds with both windows valid" + (f"; invalid: {'; '.join(invalid)}" if invalid else ""),
         "- shortest measure window / longest window p50 latency per level: "
         + ", ".join(f"c={lv}: {win[lv]:.1f} s / {p50[lv]:.2f} s" for lv in p50)
         + (f"; **{len(short)} window-levels shorter than twice their p50**" if short else
            "; every measure window is longer than twice its p50 latency (no short-window warning)"),
-    ]
+    ] + ([f"- **rounds left out of every number below: {_ranges(pool['excluded']['rounds'])}** "
+          f"({pool['excluded']['why']})"] if pool.get("excluded") else [])
+
+
+def _ranges(rounds: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    out, run = [], []
+    for r in sorted(rounds):
+        if run and r != run[-1] + 1:
+            out.append(run)
+            run = []
+        run.append(r)
+    out += [run] if run else []
+    return ", ".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in out)
+
+
+def exclude_rounds(pool: dict, spec: str, why: str) -> dict:
+    """The pool without the rounds of `spec` ("8-24,30"), saying which and why (a sensitivity analysis: the report
+    of the whole pool stays the headline)."""
+    rounds: set[int] = set()
+    for part in filter(None, (x.strip() for x in spec.split(","))):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or int(hi or lo) < int(lo):
+            raise ValueError(f"--exclude-rounds: {part!r} is not a round or a range like 8-24")
+        rounds |= set(range(int(lo), int(hi or lo) + 1))
+    if not why.strip():
+        raise ValueError("--exclude-rounds needs --exclude-why: the reason is part of the report")
+    return {**pool, "windows": [w for w in pool["windows"] if w["round"] not in rounds],
+            "excluded": {"rounds": sorted(rounds), "why": why.strip()}}
 
 
 def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
@@ -602,6 +631,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the raw form here (with --pools)")
     ap.add_argument("--out", default=None, help="write the Markdown here (e.g. reports/bench/verdicts.md)")
     ap.add_argument("--command-note", action="append", default=[], help="a command line to list in the report")
+    ap.add_argument("--exclude-rounds", default=None, metavar="A-B[,C]",
+                    help="leave these rounds of the first pool out (a sensitivity analysis), with --exclude-why")
+    ap.add_argument("--exclude-why", default="", help="why those rounds are left out (printed in the report)")
     a = ap.parse_args(argv)
     try:
         ks = [int(x) for x in str(a.units).split(",")]
@@ -611,7 +643,9 @@ def main(argv=None) -> int:
         if not pools:
             raise ValueError("no pool")
         if a.json and a.pools:
-            write_pools(a.json, pools)
+            write_pools(a.json, pools)  # the raw form holds every round, whatever is left out below
+        if a.exclude_rounds:
+            pools[0] = exclude_rounds(pools[0], a.exclude_rounds, a.exclude_why)
         results = []
         for i, p in enumerate(pools):
             k = ks[min(i, len(ks) - 1)]
@@ -623,7 +657,9 @@ def main(argv=None) -> int:
         return 2
     cmds = list(a.command_note) or [
         "python -m tools.calibrate --from-json " + " ".join(a.from_json or [a.json or "<raw.json>"])
-        + f" --units {a.units} --aa-units {a.aa_units}" + (f" --out {a.out}" if a.out else "")]
+        + f" --units {a.units} --aa-units {a.aa_units}"
+        + (f" --exclude-rounds {a.exclude_rounds} --exclude-why '{a.exclude_why}'" if a.exclude_rounds else "")
+        + (f" --out {a.out}" if a.out else "")]
     text = render(pools, results, cmds)
     print(text)
     if a.out:
