@@ -188,7 +188,8 @@ class TelemetrySample:
     """blocks/<id>/telemetry.jsonl: one sample of the server's resources (>= 2 Hz during the block).
 
     source "nvml": GPU utilisation %, SM clock MHz, memory used MiB, power W (per GPU index); source "process": the
-    server's process tree (CPU % of one core summed over processes, RSS MiB), where no GPU can be read."""
+    server's process tree (CPU % of one core summed over processes, RSS MiB), where no GPU can be read; source
+    "host": every CPU of the load generator's host, busy % of their capacity (other jobs on the box show here)."""
 
     t: float
     source: str  # "nvml" | "process"
@@ -199,6 +200,7 @@ class TelemetrySample:
     power_w: float | None = None
     cpu_pct: float | None = None
     rss_mib: float | None = None
+    host_cpu_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": TELEMETRY_SCHEMA, **asdict(self)}

@@ -1,8 +1,10 @@
 """Server telemetry during a window: blocks/<id>/telemetry.jsonl (records.TelemetrySample) at 2 Hz or more.
 
-Two sources, each written where it can be read: "nvml" (nvidia-ml-py: utilisation, SM clock, memory used and power
-of every GPU, when NVML initialises on this host) and "process" (the server's process tree from /proc: CPU % of one
-core summed over its processes, and resident memory). The statistics average them over each level's measure
+Three sources, each written where it can be read: "nvml" (nvidia-ml-py: utilisation, SM clock, memory used and power
+of every GPU, when NVML initialises on this host), "process" (the server's process tree from /proc: CPU % of one
+core summed over its processes, and resident memory) and "host" (every CPU of this host from /proc/stat, busy % of
+their capacity: a load generator, or a CPU-bound server such as the simulator, that waits for a core measures that
+wait; the statistics warn when a measure window ran on a saturated host). The statistics average them over each level's measure
 window. A Docker server's processes live in the container, which the host's /proc tree of `docker/serve.sh` does not
 reach: there the process source sees only the docker client, and `note` says so. The sampler never raises into the
 run: an error is logged once and sampling goes on (or stops quietly).
@@ -121,6 +123,30 @@ class ProcessTree:
         return TelemetrySample(t=t, source="process", cpu_pct=pct, rss_mib=rss / MIB)
 
 
+class HostCpu:
+    """Busy share of all CPUs of this host between two reads, from the aggregate line of /proc/stat (Linux)."""
+
+    def __init__(self, proc: str | os.PathLike = "/proc"):
+        self.stat = Path(proc) / "stat"
+        self._last: tuple[float, float] | None = None  # (total, idle) jiffies at the last read
+
+    def read(self, t: float) -> TelemetrySample | None:
+        """One sample: busy % since the last read (None on the first); None where /proc/stat cannot be read."""
+        try:
+            fields = self.stat.read_text().splitlines()[0].split()
+        except (OSError, IndexError):
+            return None
+        if not fields or fields[0] != "cpu":
+            return None
+        v = [float(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal (guest is in user)
+        total, idle = sum(v), v[3] + v[4]
+        pct = None
+        if self._last is not None and total > self._last[0]:
+            pct = 100.0 * (1.0 - (idle - self._last[1]) / (total - self._last[0]))
+        self._last = (total, idle)
+        return TelemetrySample(t=t, source="host", host_cpu_pct=pct)
+
+
 class Telemetry:
     """`with Telemetry(path, pid): ...` samples every interval_s on a thread: one sample at the start, one at the
     stop, and the ones in between; every line flushed."""
@@ -131,6 +157,7 @@ class Telemetry:
         self.interval_s = interval_s
         self.nvml = nvml
         self.tree = ProcessTree(root_pid, proc) if root_pid is not None and Path(proc).is_dir() else None
+        self.host = HostCpu(proc) if (Path(proc) / "stat").is_file() else None
         self.clock = clock
         self.samples = 0
         self.errors: list[str] = []
@@ -146,7 +173,8 @@ class Telemetry:
             t = self.clock()
             rows = self.nvml.read(t) if self.nvml is not None else []
             proc = self.tree.read(t) if self.tree is not None else None
-            for row in rows + ([proc] if proc is not None else []):
+            host = self.host.read(t) if self.host is not None else None
+            for row in rows + [x for x in (proc, host) if x is not None]:
                 self._writer.write(row.to_dict())
                 self.samples += 1
         except Exception as e:
@@ -188,4 +216,4 @@ def describe(nvml: Nvml | None, backend: str) -> dict[str, Any]:
                "docker/serve.sh does not reach (the samples show the docker client only)")
     return {"schema_of_lines": "records.TelemetrySample", "interval_s": INTERVAL_S,
             "nvml": f"{gpus} GPU(s)" if gpus else "not available (NVML did not initialise: no driver or no GPU)",
-            "process": process}
+            "process": process, "host": "every CPU of the load generator's host (/proc/stat), busy %"}

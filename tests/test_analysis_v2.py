@@ -208,6 +208,28 @@ def test_requests_of_an_earlier_level_inside_a_measure_window_are_warned_about(t
                     "its warm-up past the preceding level's request lifetime"]
 
 
+def test_a_measure_window_on_a_saturated_host_is_warned_about(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=2, aa_rounds=0)
+    summary, _ = summarize(run)
+    assert not any("CPUs were at least" in w for w in summary["warnings"])
+    blk = next(p for p in sorted((run / "blocks").iterdir()))
+    meta = json.loads((blk / "block.json").read_text())
+    lv = meta["levels"][0]
+    t0, t1 = (next(c["t"] for c in map(json.loads, (blk / "counters.jsonl").read_text().splitlines())
+                   if c.get("kind") == "snapshot" and c.get("edge") == edge and c["concurrency"] == lv)
+              for edge in ("start", "end"))
+    with (blk / "telemetry.jsonl").open("a") as f:  # the host's CPUs 95-99 % busy inside that measure window
+        for i, pct in enumerate((95.0, 99.0)):
+            f.write(json.dumps(rec.TelemetrySample(t=t0 + (i + 1) * (t1 - t0) / 3, source="host",
+                                                   host_cpu_pct=pct).to_dict()) + "\n")
+    summary, _ = summarize(run)
+    row = next(b for b in summary["blocks"] if b["block_id"] == blk.name)["levels"][str(lv)]["telemetry"]
+    assert row["host_cpu_pct"] == 97.0 and "host" in row["sources"]
+    warn = [w for w in summary["warnings"] if "CPUs were at least" in w]
+    assert warn == [f"the host's CPUs were at least 90 % busy in 1 measure window(s) ({blk.name} c={lv}: 97 %): "
+                    "timings there include waiting for a CPU; keep other jobs off the load generator's host"]
+
+
 @pytest.mark.parametrize("source", ["process", "nvml"])
 def test_telemetry_averaged_over_the_measure_windows(tmp_path, source):
     run = sr.fresh(tmp_path / "r", rounds=2, telemetry=source)

@@ -7,7 +7,7 @@ import os
 from types import SimpleNamespace
 
 from loadtest import records
-from loadtest.telemetry import MIB, Nvml, ProcessTree, Telemetry, describe
+from loadtest.telemetry import MIB, HostCpu, Nvml, ProcessTree, Telemetry, describe
 
 
 def write_proc(root, pid, ppid, ticks, rss_pages, start="100"):
@@ -37,6 +37,33 @@ def test_process_tree_cpu_and_rss_from_proc(tmp_path):
     for pid in (10, 11, 12):
         (proc / str(pid) / "stat").unlink()
     assert tree.read(102.0) is None  # the tree is gone
+
+
+def test_host_cpu_busy_share_from_proc_stat(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    stat = proc / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice, then the per-CPU lines
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n")
+    host = HostCpu(proc)
+    first = host.read(1.0)
+    assert first.source == "host" and first.host_cpu_pct is None  # no interval yet
+    stat.write_text("cpu  250 0 100 850 50 0 0 0 0 0\n")  # +200 busy, +50 idle: 80 % busy
+    assert abs(host.read(2.0).host_cpu_pct - 80.0) < 1e-9
+    stat.write_text("cpu  250 0 100 850 50 0 0 0 0 0\n")  # no jiffies passed: no share to give
+    assert host.read(3.0).host_cpu_pct is None
+    stat.write_text("garbage\n")
+    assert host.read(4.0) is None
+    assert HostCpu(tmp_path / "nowhere").read(5.0) is None
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\n")
+    t = Telemetry(tmp_path / "t.jsonl", None, interval_s=0.01, proc=proc)  # no server pid: the host source alone
+    t.sample_once()
+    t.sample_once()
+    t.stop()
+    rows = [records.TelemetrySample(**{k: v for k, v in __import__("json").loads(x).items() if k != "schema"})
+            for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert rows and all(r.source == "host" for r in rows)
+    assert "host" in describe(None, "sim")
 
 
 class FakeNvml:
@@ -93,8 +120,8 @@ def test_sampler_writes_the_contract_and_never_raises(tmp_path, caplog):
     with t:
         pass
     rows, notes = records.read_jsonl(out, records.TELEMETRY_SCHEMA)
-    assert not notes and len(rows) >= 2 * 3  # a sample at the start and at the stop: 2 GPUs + this process each
-    assert {r["source"] for r in rows} == {"nvml", "process"}
+    assert not notes and len(rows) >= 2 * 4  # a sample at the start and at the stop: 2 GPUs, this process, the host
+    assert {r["source"] for r in rows} == {"nvml", "process", "host"}
     assert set(rows[0]) == {"schema", *records.TelemetrySample.__dataclass_fields__}
     assert any(r["rss_mib"] and r["rss_mib"] > 1 for r in rows if r["source"] == "process")
 
@@ -106,7 +133,8 @@ def test_sampler_writes_the_contract_and_never_raises(tmp_path, caplog):
     bad.start()
     bad.stop()
     assert len(bad.errors) >= 2 and caplog.text.count("GPU fell off the bus") == 1  # logged once
-    gone = Telemetry(tmp_path / "x" / "t.jsonl", 2**22 + 12345, interval_s=0.01)  # no such pid: no line, no error
+    gone = Telemetry(tmp_path / "x" / "t.jsonl", 2**22 + 12345, interval_s=0.01)  # no such pid: no process line, no error
     gone.start()
     gone.stop()
-    assert not gone.errors and not (tmp_path / "x" / "t.jsonl").read_text()
+    gone_rows, _ = records.read_jsonl(tmp_path / "x" / "t.jsonl", records.TELEMETRY_SCHEMA)
+    assert not gone.errors and {r["source"] for r in gone_rows} == {"host"}  # no process line; the host still shows

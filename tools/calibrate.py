@@ -71,6 +71,7 @@ def pool_record(run_dir: str | Path) -> dict:
             levels[lv] = {k: _num(row.get(k)) for k in KEPT_METRICS}
             levels[lv].update(n=row.get("n"), n_error=row.get("n_error"), window_s=_num(row.get("window_s")),
                               n_spanning=row.get("n_spanning"),
+                              host_cpu_pct=_num((row.get("telemetry") or {}).get("host_cpu_pct")),
                               within_var={k: _num(v) for k, v in (row.get("within_var") or {}).items()
                                           if k in KEPT_METRICS})
         windows.append({"block_id": s["block_id"], "round": s["round"], "kind": s["kind"], "arm": s["arm"],

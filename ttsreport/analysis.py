@@ -347,6 +347,7 @@ def _starts(starts: dict) -> list[dict]:
 
 
 LATE_TOLERANCE_S = 0.5  # an earlier level's request ending this far into a measure window is not worth a warning
+HOST_BUSY_PCT = 90.0  # a measure window whose host CPUs were this busy on average ran on a saturated host
 
 
 def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
@@ -383,6 +384,14 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
                    f"into its measure window (up to {max(n for n, _ in rows)} requests, in {len(rows)} window(s)): "
                    "the level was measured under extra load; lengthen its warm-up past the preceding level's "
                    "request lifetime")
+    busy = [(b["block_id"], lv, b["levels"][lv]["telemetry"]["host_cpu_pct"]) for b in summaries
+            for lv in levels if lv in b["levels"] and (b["levels"][lv].get("telemetry") or {}).get("host_cpu_pct")
+            is not None and b["levels"][lv]["telemetry"]["host_cpu_pct"] >= HOST_BUSY_PCT]
+    if busy:  # the load generator (and a CPU-bound server) waited for a core: their timings include the wait
+        out.append(f"the host's CPUs were at least {HOST_BUSY_PCT:.0f} % busy in {len(busy)} measure window(s) ("
+                   + ", ".join(f"{bid} c={lv}: {pct:.0f} %" for bid, lv, pct in busy[:4])
+                   + (", ..." if len(busy) > 4 else "") + "): timings there include waiting for a CPU; keep other "
+                   "jobs off the load generator's host")
     spanning = sum(b["spanning"].get("measure", b["spanning"]["left_out"]) for b in summaries)
     if spanning:  # a switch lands in a window's first count phase: only measure-phase requests matter here
         out.append(f"{spanning} measure-phase request(s) spanned a variant switch and were left out of the window "

@@ -25,7 +25,7 @@ from tts_predictor import metrics as pm
 WITHIN_RESAMPLES = 200  # bootstrap resamples over a window's requests for the sampling variance of a percentile
 QUANTILE_METRICS = {"e2e_p50": ("e2e_s", 50), "e2e_p90": ("e2e_s", 90), "e2e_p99": ("e2e_s", 99),
                     "ttfa_p50": ("ttfa_s", 50), "rtf_p50": ("rtf", 50), "stream_rtf_p50": ("stream_rtf", 50)}
-TELEMETRY_FIELDS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "power_w", "cpu_pct", "rss_mib")
+TELEMETRY_FIELDS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "power_w", "cpu_pct", "rss_mib", "host_cpu_pct")
 SUMMED_OVER_GPUS = ("mem_used_mib", "power_w")  # per-GPU values that add up; utilisation and clock are averaged
 
 # ----------------------------------------------------------------------------------------------- reading a run

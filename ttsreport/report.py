@@ -25,7 +25,8 @@ TABLE_METRICS = ("throughput_rps", "audio_throughput", "e2e_p50", "e2e_p90", "e2
                  "stream_rtf_p50")
 TELEMETRY_COLUMNS = (("gpu_util_pct", "GPU util", "%", 1.0), ("sm_clock_mhz", "SM clock", "MHz", 1.0),
                      ("mem_used_mib", "memory used", "MiB", 1.0), ("power_w", "power", "W", 1.0),
-                     ("cpu_pct", "server CPU", "%", 1.0), ("rss_mib", "server RSS", "MiB", 1.0))
+                     ("cpu_pct", "server CPU", "%", 1.0), ("rss_mib", "server RSS", "MiB", 1.0),
+                     ("host_cpu_pct", "host CPU busy", "%", 1.0))
 DASH = "—"
 
 
@@ -335,6 +336,9 @@ def telemetry_section(summary: dict, comparison: dict) -> Section:
             "and power summed), then over the arm's windows." if t.get("gpu") else
             "not available on a GPU: no GPU was readable, so these are the server process tree's CPU % (of one core, "
             "summed over processes) and resident memory — on the simulator they show the path works, not a GPU.")
+    if any(k == "host_cpu_pct" for k, *_ in cols):
+        note += (" Host CPU busy: every CPU of the load generator's host (/proc/stat), as a share of their capacity: "
+                 "other jobs on the box show here.")
     sec.parts.append(Table(["level", "arm", *[f"{lab}" for _k, lab, _u, _s in cols], "windows"], rows, note))
     return sec
 
