@@ -201,15 +201,19 @@ def decide(pool: dict, rounds: list[int], kind: str, levels: list[str]) -> dict 
     return {"headline": head["kind"], "levels": per, "rounds": rounds}
 
 
+def log_ratio(arms: dict, level: str, metric: str = PRIMARY_METRIC) -> float | None:
+    """d = ln(B/A) of one round's metric at one level; None where either window lacks a positive value."""
+    a, b = (arms[x]["levels"].get(level, {}).get(metric) for x in ("A", "B"))
+    return math.log(b / a) if a and b and a > 0 and b > 0 else None
+
+
 def unit_means(pool: dict, level: str, kind: str = "ab", exclude: set | None = None) -> dict[int, float]:
     """Mean ln(B/A) of the primary metric per unit (start or round) at one level."""
     by: dict[int, list[float]] = {}
     for r, arms in pairs_of(pool, kind).items():
-        if exclude and r in exclude:
-            continue
-        a, b = (arms[x]["levels"].get(level, {}).get(PRIMARY_METRIC) for x in ("A", "B"))
-        if a and b and a > 0 and b > 0:
-            by.setdefault(unit_of(pool, arms), []).append(math.log(b / a))
+        d = None if exclude and r in exclude else log_ratio(arms, level)
+        if d is not None:
+            by.setdefault(unit_of(pool, arms), []).append(d)
     return {u: float(np.mean(v)) for u, v in by.items()}
 
 
@@ -247,11 +251,11 @@ def noise_structure(pool: dict, level: str, metric: str = PRIMARY_METRIC) -> lis
     for kind in ("ab", "aa"):
         rows = []
         for arms in pairs_of(pool, kind).values():
-            a, b = (arms[x]["levels"].get(level, {}).get(metric) for x in ("A", "B"))
-            if not a or not b or a <= 0 or b <= 0:
+            d = log_ratio(arms, level, metric)
+            if d is None:
                 continue
             same = _position(arms["A"], level) == _position(arms["B"], level)
-            rows.append(((kind, same, _settled(arms["A"]) + _settled(arms["B"])), math.log(b / a)))
+            rows.append(((kind, same, _settled(arms["A"]) + _settled(arms["B"])), d))
         centre = float(np.mean([d for _, d in rows])) if kind == "ab" and rows else 0.0
         for key, d in rows:
             groups.setdefault(key, []).append(d - centre)
@@ -274,10 +278,8 @@ def assumptions(pool: dict, level: str, metric: str = PRIMARY_METRIC) -> list[di
 
     out = []
     for kind in ("aa", "ab"):
-        rows = sorted(pairs_of(pool, kind).items())
-        d = np.array([math.log(b / a) for _, arms in rows
-                      for a, b in [tuple(arms[x]["levels"].get(level, {}).get(metric) for x in ("A", "B"))]
-                      if a and b and a > 0 and b > 0])
+        d = np.array([x for _, arms in sorted(pairs_of(pool, kind).items())
+                      if (x := log_ratio(arms, level, metric)) is not None])
         n = int(d.size)
         if n < 3:
             continue

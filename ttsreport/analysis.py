@@ -384,9 +384,12 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
                    f"into its measure window (up to {max(n for n, _ in rows)} requests, in {len(rows)} window(s)): "
                    "the level was measured under extra load; lengthen its warm-up past the preceding level's "
                    "request lifetime")
-    busy = [(b["block_id"], lv, b["levels"][lv]["telemetry"]["host_cpu_pct"]) for b in summaries
-            for lv in levels if lv in b["levels"] and (b["levels"][lv].get("telemetry") or {}).get("host_cpu_pct")
-            is not None and b["levels"][lv]["telemetry"]["host_cpu_pct"] >= HOST_BUSY_PCT]
+    busy = []
+    for b in summaries:
+        for lv in levels:
+            pct = ((b["levels"].get(lv) or {}).get("telemetry") or {}).get("host_cpu_pct")
+            if pct is not None and pct >= HOST_BUSY_PCT:
+                busy.append((b["block_id"], lv, pct))
     if busy:  # the load generator (and a CPU-bound server) waited for a core: their timings include the wait
         out.append(f"the host's CPUs were at least {HOST_BUSY_PCT:.0f} % busy in {len(busy)} measure window(s) ("
                    + ", ".join(f"{bid} c={lv}: {pct:.0f} %" for bid, lv, pct in busy[:4])
