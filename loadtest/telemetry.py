@@ -4,8 +4,8 @@ Three sources, each written where it can be read: "nvml" (nvidia-ml-py: utilisat
 of every GPU, when NVML initialises on this host), "process" (the server's process tree from /proc: CPU % of one
 core summed over its processes, and resident memory) and "host" (every CPU of this host from /proc/stat, busy % of
 their capacity: a load generator, or a CPU-bound server such as the simulator, that waits for a core measures that
-wait; the statistics warn when a measure window ran on a saturated host). The statistics average them over each level's measure
-window. A Docker server's processes live in the container, which the host's /proc tree of `docker/serve.sh` does not
+wait; the statistics warn when a measure window ran on a saturated host). The statistics average them over each
+level's measure window. A Docker server's processes live in the container, which the host's /proc tree of `docker/serve.sh` does not
 reach: there the process source sees only the docker client, and `note` says so. The sampler never raises into the
 run: an error is logged once and sampling goes on (or stops quietly).
 """
