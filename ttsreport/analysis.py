@@ -93,16 +93,17 @@ def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict 
 
 
 def compare_metric(pairs: dict, level: str, metric: str, *, unit: str, margin_pct: float, confidence: float,
-                   keep=None, bootstrap: int = 0) -> dict:
+                   keep=None, bootstrap: int = 0, scope: str | None = None) -> dict:
     """compare_rounds for one metric at one level (the start as the unit when `unit` is "start"), with the per-round
-    values behind it."""
+    values behind it; a round in which an arm failed there (rounds.failed_arms) makes the level "failed"."""
     v = rd.values(pairs, level, metric, keep)
     groups = v["start"] if unit == "start" else None
     if groups is not None and any(g is None for g in groups):
         raise ValueError(f"a nested design needs the start of every window (c={level}, {metric})")
     m = METRICS[metric]
     res = inf.compare_rounds(v["a"], v["b"], higher_is_better=m.better == "higher", margin_pct=margin_pct,
-                             confidence=confidence, groups=groups, label=m.label, bootstrap=bootstrap)
+                             confidence=confidence, groups=groups, label=m.label, bootstrap=bootstrap,
+                             failed=v["failed"], scope=scope)
     res["notes"] = res["notes"] + v["notes"]
     res["rounds"] = [{"round": r, "start": s, "order": o, "a": a, "b": b,
                       "ratio": None if a is None or b is None else b / a}
@@ -123,18 +124,41 @@ def unit_log_ratios(pairs: dict, level: str, metric: str, unit: str) -> list[flo
     return [float(np.mean(xs)) for xs in by.values()]
 
 
-def headline_fixed(results: dict, alpha: float) -> dict:
+def headline_fixed(results: dict, alpha: float, scope: str | None = None) -> dict:
     """The primary metric over levels by Holm (inference.decide_levels)."""
-    dec = inf.decide_levels(results, alpha)
+    dec = inf.decide_levels(results, alpha, scope=scope)
     return {"rule": "fixed", **dec}
 
 
-def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, seq: dict) -> dict:
-    """The primary metric over levels by the sequential rule on every unit so far (its repeated intervals)."""
+def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, seq: dict,
+                        fixed_results: dict | None = None, scope: str | None = None) -> dict:
+    """The primary metric over levels by the sequential rule on every unit so far (its repeated intervals).
+
+    A level that the fixed analysis (`fixed_results`: compare_rounds per level) found failed or without spread is no
+    claim here either: the sequential rule sees only the rounds that produced a ratio."""
     d = {lv: unit_log_ratios(pairs, lv, metric, unit) for lv in levels}
     look = inf.sequential_look(d, min_rounds=seq["min_rounds"], max_rounds=seq["max_rounds"], alpha=seq["alpha"],
                                margin_pct=seq["margin_pct"], higher_is_better=METRICS[metric].better == "higher")
-    return {**look, "rule": "sequential", "correction": look["rule"], "settings": seq}
+    out = {**look, "rule": "sequential", "correction": look["rule"], "settings": seq, "scope": scope}
+    kinds = {}
+    for lv, row in out["levels"].items():
+        fixed = (fixed_results or {}).get(lv) or {}
+        if fixed.get("kind") in ("failed", "no_spread"):
+            row.update(kind=fixed["kind"], text=fixed["text"], failed=fixed.get("failed"), ci_decision=None,
+                       ci_decision_what=None)
+        else:
+            row["failed"] = fixed.get("failed")
+            row["ci_decision"] = row.get("ci_equivalence") if row["kind"] == "equivalent" else row.get("ci")
+            row["ci_decision_what"] = (
+                "repeated interval for equivalence (one-sided alpha per side)" if row["kind"] == "equivalent" else
+                "repeated interval (simultaneous over levels)" if row.get("ci") else None)
+        row["word"] = inf.verdict_word(row["kind"], scope)
+        kinds[lv] = row["kind"]
+    out["kind"], out["text"] = inf._headline(kinds, scope=scope, failures={lv: r.get("failed")
+                                                                             for lv, r in out["levels"].items()})
+    out["word"] = inf.verdict_word(out["kind"], scope) if out["kind"] in inf.KINDS else out["kind"]
+    out["decided"] = all(k in inf.CLAIMS for k in kinds.values())
+    return out
 
 
 def _aa(pairs_aa: dict, pairs_ab: dict, level: str, metric: str, confidence: float) -> dict:
@@ -482,7 +506,7 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
             metrics: tuple[str, ...] = VERDICT_METRICS) -> dict:
     """comparison.json (without the predictions) from window summaries: also what tools/calibrate.py runs on each
     drawn experiment."""
-    unit = rd.DESIGN_UNITS[design]
+    unit, scope = rd.DESIGN_UNITS[design], rd.DESIGN_SCOPE[design]
     alpha = round(1.0 - confidence, 12)
     ab, aa = rd.paired_rounds(summaries, "ab"), rd.paired_rounds(summaries, "aa")
     metrics = tuple(dict.fromkeys((primary, *metrics)))
@@ -492,7 +516,7 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
         row: dict = {"metrics": {}}
         for m in metrics:
             res = compare_metric(ab, lv, m, unit=unit, margin_pct=margin_pct, confidence=confidence,
-                                 bootstrap=BOOTSTRAP if m == primary else 0)
+                                 bootstrap=BOOTSTRAP if m == primary else 0, scope=scope)
             if m == primary:
                 res["role"], res["corrected"] = "primary", True
                 primary_results[lv] = res
@@ -510,11 +534,11 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
         per_level[lv] = row
     headline = fixed = None
     if levels and primary_results and ab:  # a plain Locust run (one arm) has nothing to decide
-        fixed = headline_fixed(primary_results, alpha)
+        fixed = headline_fixed(primary_results, alpha, scope)
         fixed["metric"] = primary
         headline = fixed
         if sequential:
-            headline = headline_sequential(ab, levels, primary, unit, sequential)
+            headline = headline_sequential(ab, levels, primary, unit, sequential, primary_results, scope)
             headline["metric"] = primary
     clean = _without_failures(ab, levels, primary, unit, margin_pct, confidence, fixed, alpha)
     aa_warn = [f"c={lv}: {per_level[lv]['aa'][primary]['text']}" for lv in levels
@@ -538,9 +562,14 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
             "bootstrap": f"A percentile bootstrap ({BOOTSTRAP} resamples over the units) of the primary metric is a "
                          "diagnostic, never the verdict",
             "sequential": sequential,
+            "scope": scope,
+            "failed_share": rd.FAILED_SHARE,
+            "failure_rule": (f"an arm failed at a level in a round when its window had no measure-phase request "
+                             f"there or at least {100 * rd.FAILED_SHARE:g} % of them failed; such a level is a "
+                             "finding of its own and no speed claim is made there from the other rounds"),
             "swap_note": ("one server start holds every window: the interval is conditional on that start "
-                          "(start-to-start variance is not in it; a nested design measures it)") if design == "swap"
-            else None,
+                          "(start-to-start variance is not in it; a nested design measures it), so every verdict "
+                          f"reads '{scope}'") if design == "swap" else None,
         },
         "headline": headline, "headline_fixed": fixed if sequential else None, "without_failures": clean,
         "aa_warnings": aa_warn, "aa_warnings_secondary": aa_warn_secondary, "per_level": per_level,

@@ -15,7 +15,9 @@ from functools import lru_cache
 import numpy as np
 from scipy import special as sc
 
-KINDS = ("faster", "slower", "equivalent", "inconclusive")
+KINDS = ("faster", "slower", "equivalent", "inconclusive", "failed", "no_spread")
+CLAIMS = ("faster", "slower", "equivalent")  # the kinds that say something about the arms
+NO_SPREAD_LOG = 1e-4  # per-unit sd of ln(B/A) below this (0.01 %) is "no spread: check the set-up", never a claim
 POWER = 0.8  # power the "rounds needed" estimate aims at
 SPREAD_BOUND = 0.8  # one-sided confidence of the upper bound on the spread that estimate assumes
 MAX_UNITS = 10_000  # beyond this many rounds (or starts) a target counts as out of reach
@@ -205,7 +207,8 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
 
 
 def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_pct: float, confidence: float,
-                   groups: Sequence | None = None, label: str = "metric", bootstrap: int = 0) -> dict:
+                   groups: Sequence | None = None, label: str = "metric", bootstrap: int = 0,
+                   failed: Sequence | None = None, scope: str | None = None) -> dict:
     """Compare arm B with arm A over paired rounds: ratio B/A, Student-t interval on ln(B/A), and a verdict.
 
     d_r = ln(B_r/A_r); point = exp(mean d); interval = exp(Student t on d): the point and the interval describe the
@@ -215,6 +218,13 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
     "inconclusive". An A/A floor plays no part. With `groups` (a label per round, e.g. the server start) the unit is
     the group: the mean d of each group, then t over groups, so start-to-start variance is in the interval.
     `bootstrap` > 0 adds a percentile bootstrap interval over the units as a diagnostic; it never enters the verdict.
+
+    Two results are never claims. "failed": `failed` (one entry per round: None, or the arm(s) that failed there,
+    e.g. "B") names a round in which an arm produced nothing; the remaining rounds are summarised but no speed claim
+    is made from them (the rounds left are not a random sample of the arm's behaviour). "no_spread": every unit gave
+    the same ratio to within NO_SPREAD_LOG; real measurements always vary, so that is a set-up to check (a B arm
+    running A's code, a cached answer), not certainty. `scope` (e.g. "in this server start") qualifies the verdict
+    word when the interval is conditional on something the design cannot vary (`word`).
     """
     level = _check_confidence(confidence)
     margin = _check_margin(margin_pct)
@@ -222,6 +232,7 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
     delta = math.log1p(margin / 100.0)
     d, kept, skipped = log_ratios(a, b)
     notes = [f"{skipped} round(s) skipped: a value was missing (None/NaN) in A or B"] if skipped else []
+    failures = _failed_rounds(failed, len(a))
     unit, n_rounds, group_sizes = "round", int(d.size), None
     if groups is not None:
         if len(groups) != len(a):
@@ -246,8 +257,15 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
                                                                           1.0 + margin / 100.0],
         "equivalent": False, "gain": None if n == 0 else _gain(mean, higher_is_better),
         "kind": "inconclusive", "text": "", "rounds_needed": None, "rounds_needed_assumption": "",
-        "ci_bootstrap": None, "notes": notes,
+        "ci_bootstrap": None, "notes": notes, "failed": failures, "scope": scope, "word": "inconclusive",
+        "no_spread": False,
     }
+    if failures["rounds"]:
+        _fail(out, label)
+        if n >= 2:
+            lo, hi = _interval(mean, se, n - 1, level)
+            out.update(ci_log=[lo, hi], ci=[math.exp(lo), math.exp(hi)], p_value=_t_p(mean, se, n - 1))
+        return out
     if n < 2:
         need, why = rounds_needed(n, mean, None, alpha=alpha, margin_log=delta, unit=unit)
         out.update(rounds_needed=need, rounds_needed_assumption=why)
@@ -261,18 +279,26 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
     equivalent = p_tost < alpha
     out.update(ci_log=[lo, hi], ci=[math.exp(lo), math.exp(hi)], ci_tost=[math.exp(tlo), math.exp(thi)],
                p_value=p, p_tost=p_tost, equivalent=equivalent)
-    if sd == 0:
-        notes.append("zero spread: every unit gave the same ratio, so the interval is a single point")
+    if sd < NO_SPREAD_LOG:
+        out.update(kind="no_spread", word="no spread", no_spread=True, p_value=None, p_tost=None, equivalent=False,
+                   rounds_needed=None)
+        notes.append(f"no spread: every {unit} gave the same ratio (sd of ln(B/A) {sd:.2g} < {NO_SPREAD_LOG:g})")
+        out["text"] = (f"no spread: check the set-up: B {label} ×{math.exp(mean):.4f} in each of {n} {unit}s to "
+                       f"within {100 * NO_SPREAD_LOG:g} %; real measurements vary, so identical ratios point at the "
+                       "set-up (B running A's code, a cached or constant answer), not at certainty; no claim")
+        return out
     if lo > 0 or hi < 0:
         better = (mean > 0) == bool(higher_is_better)
         out["kind"] = "faster" if better else "slower"
-        out["text"] = f"{out['kind']}: {_ratio_words(label, mean, lo, hi)} ({_speed_words(mean, higher_is_better)})"
+        out["word"] = verdict_word(out["kind"], scope)
+        out["text"] = f"{out['word']}: {_ratio_words(label, mean, lo, hi)} ({_speed_words(mean, higher_is_better)})"
         if equivalent:
             out["text"] += f"; the difference lies within the ±{margin:g} % margin"
         out["rounds_needed"] = 0
     elif equivalent:
         out["kind"] = "equivalent"
-        out["text"] = (f"equivalent within ±{margin:g} %: B {label} ×{math.exp(mean):.3f}, "
+        out["word"] = verdict_word("equivalent", scope)
+        out["text"] = (f"{out['word']} within ±{margin:g} %: B {label} ×{math.exp(mean):.3f}, "
                        f"{100 * (1 - 2 * alpha):.0f} % interval [{math.exp(tlo):.3f}, {math.exp(thi):.3f}] inside "
                        f"[{out['equivalence_bounds'][0]:.3f}, {out['equivalence_bounds'][1]:.3f}]")
         out["rounds_needed"] = 0
@@ -289,6 +315,43 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
     return out
 
 
+def verdict_word(kind: str, scope: str | None = None) -> str:
+    """The word a reader sees: the kind, qualified by the scope for a claim ("faster in this server start")."""
+    word = kind.replace("_", " ")
+    return f"{word} {scope}" if scope and kind in CLAIMS else word
+
+
+def _failed_rounds(failed: Sequence | None, n: int) -> dict:
+    """Which rounds had a failed arm, and how many per arm: {"rounds": [index], "by_arm": {"B": 1}, "of": n}."""
+    out: dict = {"rounds": [], "by_arm": {}, "of": n}
+    if failed is None:
+        return out
+    if len(failed) != n:
+        raise ValueError(f"failed must mark every round: {len(failed)} entries for {n} rounds")
+    for i, f in enumerate(failed):
+        if f:
+            out["rounds"].append(i)
+            for arm in ("A", "B"):
+                if arm in str(f):
+                    out["by_arm"][arm] = out["by_arm"].get(arm, 0) + 1
+    return out
+
+
+def failure_words(failures: Mapping, where: str = "") -> str:
+    """'B failed in 1 of 3 rounds' ('B failed at c=8 in ...' with where='at c=8'; both arms named when both did)."""
+    by, n = failures["by_arm"], failures["of"]
+    at = f" {where}" if where else ""
+    return " and ".join(f"{arm} failed{at} in {k} of {n} round{'s' if n != 1 else ''}" for arm, k in sorted(by.items()))
+
+
+def _fail(out: dict, label: str) -> None:
+    """Mark a compare_rounds result as failed: no claim, no equivalence, no rounds-needed advice."""
+    out.update(kind="failed", word="failed", p_value=None, p_tost=None, equivalent=False, rounds_needed=None,
+               rounds_needed_assumption="an arm failed: fix the failure and rerun; more rounds do not repair it")
+    shown = "" if out["ratio"] is None else f" (the other rounds read B {label} ×{out['ratio']:.3f})"
+    out["text"] = f"failed: {failure_words(out['failed'])}: no speed claim from the remaining rounds{shown}"
+
+
 # ----------------------------------------------------------------------------------------------- levels
 
 
@@ -302,29 +365,41 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return out
 
 
-def _headline(kinds: Mapping) -> tuple[str, str]:
-    """One kind and one sentence from the per-level kinds (level keys are shown as given)."""
+def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | None = None) -> tuple[str, str]:
+    """One kind and one sentence from the per-level kinds (level keys are shown as given).
+
+    A failed level is the headline's first finding ("B failed at c=8 in 1 of 3 rounds", from `failures`: level ->
+    compare_rounds' `failed`), and the headline kind is then "failed": no level's speed claim outranks an arm that
+    produced nothing. `scope` qualifies every claim word ("faster in this server start")."""
     by: dict[str, list[str]] = {k: [] for k in KINDS}
     for lvl, k in kinds.items():
         by[k].append(str(lvl))
     total = len(kinds)
-    parts = [f"{k} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)})" for k, v in by.items() if v]
+    w = {k: verdict_word(k, scope) for k in KINDS}
+    parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)})" for k, v in by.items()
+             if v and k != "failed"]
+    if by["failed"]:
+        found = "; ".join(failure_words((failures or {}).get(lv) or {"by_arm": {"an arm": 1}, "of": 1}, f"at c={lv}")
+                          for lv in by["failed"])
+        return "failed", f"{found}: no speed claim there" + (f"; elsewhere {'; '.join(parts)}" if parts else "")
     if total and len(by["faster"]) == total:
-        return "faster", f"B faster at every level ({', '.join(by['faster'])})"
+        return "faster", f"B {w['faster']} at every level ({', '.join(by['faster'])})"
     if total and len(by["slower"]) == total:
-        return "slower", f"B slower at every level ({', '.join(by['slower'])})"
+        return "slower", f"B {w['slower']} at every level ({', '.join(by['slower'])})"
     if total and len(by["equivalent"]) == total:
-        return "equivalent", f"equivalent at every level ({', '.join(by['equivalent'])})"
+        return "equivalent", f"{w['equivalent']} at every level ({', '.join(by['equivalent'])})"
     if by["faster"] and by["slower"]:
         return "mixed", "mixed: " + "; ".join(parts)
     if by["faster"]:
         return "faster", "B " + "; ".join(parts)
     if by["slower"]:
         return "slower", "B " + "; ".join(parts)
+    if total and len(by["no_spread"]) == total:
+        return "no_spread", f"no spread at every level ({', '.join(by['no_spread'])}): check the set-up"
     return "inconclusive", "; ".join(parts) if parts else "no levels"
 
 
-def decide_levels(results_by_level: Mapping, alpha: float | None = None) -> dict:
+def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scope: str | None = None) -> dict:
     """The headline of the primary metric over concurrency levels: Holm on the difference tests, TOST per level.
 
     A difference ("faster"/"slower") is claimed at a level when its Holm-adjusted p-value is <= alpha: the chance of
@@ -332,6 +407,12 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None) -> dict
     level at alpha without correction: "equivalent at every level" is an intersection-union test (Berger 1982),
     whose size is alpha because it needs every level's test to reject. `ci_simultaneous` is the Bonferroni
     interval at 1 - alpha/L for display beside Holm. `results_by_level` maps a level to compare_rounds' result.
+
+    `ci_decision` is the interval that decided the word (`ci_decision_what` names it): for a difference claim the
+    interval at the level Holm tested it at, 1 - alpha/(L - k) at step k (it excludes 1 exactly when that step
+    rejects); for "equivalent" the (1 - 2 alpha) TOST interval inside the margin; for "inconclusive" the Bonferroni
+    interval at 1 - alpha/L, which contains 1 whenever Holm does not claim. A "failed" or "no_spread" level is never a
+    claim (a failed level's p-value still counts in Holm's L: leaving it out would loosen the others).
     """
     if not results_by_level:
         raise ValueError("decide_levels needs at least one level")
@@ -343,38 +424,56 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None) -> dict
         alpha = alphas.pop()
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
-    adjusted = holm([results_by_level[lv]["p_value"] for lv in levels])
+    raw = [results_by_level[lv]["p_value"] for lv in levels]
+    adjusted = holm(raw)
     n_tested = sum(p is not None for p in adjusted)
+    step = {levels[i]: k for k, i in enumerate(sorted((i for i, p in enumerate(raw) if p is not None),
+                                                      key=lambda i: raw[i]))}  # holm()'s order
     per_level, kinds = {}, {}
     for lv, p_holm in zip(levels, adjusted, strict=True):
         r = results_by_level[lv]
-        row = {k: r[k] for k in ("ratio", "ci", "ci_tost", "p_value", "p_tost", "n", "unit", "equivalent", "gain",
-                                 "mean_log", "sd_log", "se", "df", "margin_pct")}
+        row = {k: r.get(k) for k in ("ratio", "ci", "ci_tost", "p_value", "p_tost", "n", "unit", "equivalent", "gain",
+                                     "mean_log", "sd_log", "se", "df", "margin_pct", "failed")}
         row["p_holm"] = p_holm
-        row["ci_simultaneous"] = None
+        row["ci_simultaneous"] = row["ci_decision"] = row["ci_decision_what"] = None
         if r["se"] is not None and n_tested:
             lo, hi = _interval(r["mean_log"], r["se"], r["df"], 1.0 - alpha / n_tested)
             row["ci_simultaneous"] = [math.exp(lo), math.exp(hi)]
-        if p_holm is not None and p_holm <= alpha and r["mean_log"] != 0:
+        if r["kind"] in ("failed", "no_spread"):
+            kind = r["kind"]
+        elif p_holm is not None and p_holm <= alpha and r["mean_log"] != 0:
             kind = "faster" if (r["mean_log"] > 0) == r["higher_is_better"] else "slower"
+            level_k = 1.0 - alpha / (n_tested - step[lv])
+            lo, hi = _interval(r["mean_log"], r["se"], r["df"], level_k)
+            row["ci_decision"] = [math.exp(lo), math.exp(hi)]
+            row["ci_decision_what"] = (f"{100 * level_k:.4g} % interval (Holm step {step[lv] + 1} of {n_tested}: "
+                                       f"alpha/{n_tested - step[lv]})")
         elif r["p_tost"] is not None and r["p_tost"] < alpha:
             kind = "equivalent"
+            row["ci_decision"] = r["ci_tost"]
+            row["ci_decision_what"] = (f"{100 * (1 - 2 * alpha):.4g} % TOST interval inside the ±{r['margin_pct']:g} % "
+                                       "margin")
         else:
             kind = "inconclusive"
+            row["ci_decision"] = row["ci_simultaneous"]
+            if row["ci_decision"] is not None:
+                row["ci_decision_what"] = (f"{100 * (1 - alpha / n_tested):.4g} % interval (Bonferroni over "
+                                           f"{n_tested} level(s); contains 1)")
         row["kind"] = kinds[lv] = kind
+        row["word"] = verdict_word(kind, scope)
         row["rounds_needed"], row["rounds_needed_assumption"] = 0, ""
-        if kind == "inconclusive" and r["n"] >= 2:  # a claim must pass Holm's strictest step: alpha / L
+        if kind == "inconclusive" and r["n"] >= 2 and r["sd_log"]:  # a claim must pass Holm's strictest step
             row["rounds_needed"], why = rounds_needed(r["n"], r["mean_log"], r["sd_log"], alpha=alpha / n_tested,
                                                       alpha_equivalence=alpha, margin_log=r["margin_log"],
                                                       unit=r["unit"])
             row["rounds_needed_assumption"] = f"{why}; claim at alpha/{n_tested} = {alpha / n_tested:.3g} (Holm)"
-        elif kind == "inconclusive":
+        elif kind in ("inconclusive", "failed", "no_spread"):
             row["rounds_needed"], row["rounds_needed_assumption"] = r["rounds_needed"], r["rounds_needed_assumption"]
-        row["text"] = r["text"] if kind == r["kind"] else f"{kind} after Holm: {r['text']}"
+        row["text"] = r["text"] if kind == r["kind"] else f"{row['word']} after Holm: {r['text']}"
         per_level[lv] = row
-    kind, text = _headline(kinds)
-    return {"kind": kind, "text": text, "decided": all(k != "inconclusive" for k in kinds.values()),
-            "alpha": alpha, "levels": per_level,
+    kind, text = _headline(kinds, scope=scope, failures={lv: r.get("failed") for lv, r in results_by_level.items()})
+    return {"kind": kind, "word": verdict_word(kind, scope) if kind in KINDS else kind, "text": text,
+            "decided": all(k in CLAIMS for k in kinds.values()), "scope": scope, "alpha": alpha, "levels": per_level,
             "correction": f"Holm over {n_tested} level(s) for difference claims; equivalence per level at alpha "
                           f"(intersection-union for 'equivalent at every level')"}
 
@@ -642,7 +741,8 @@ def compare_error_rates(a_failed: Sequence, a_total: Sequence, b_failed: Sequenc
     Two intervals, and the reported one is their hull: a paired t interval on the per-round rate differences (the
     round is the unit, so round-to-round variation is in it) and Newcombe's hybrid score interval on the pooled
     counts (sensible at 0 failures and for rare events, where the t interval collapses to a point). A difference is
-    claimed only when both agree, so neither approximation's weak spot can make the claim alone.
+    claimed only when both agree, so neither approximation's weak spot can make the claim alone; with one round, or
+    the same difference in every round, there is no paired interval and so no claim (`no_claim_reason`).
     """
     level = _check_confidence(confidence)
     cols = [_counts(n, v) for n, v in (("a_failed", a_failed), ("a_total", a_total), ("b_failed", b_failed),
@@ -660,7 +760,7 @@ def compare_error_rates(a_failed: Sequence, a_total: Sequence, b_failed: Sequenc
         rows.append((xa, na, xb, nb))
     out = {"confidence": level, "n": len(rows), "n_skipped": skipped, "diff_pp": None, "ci_pp": None,
            "ci_t_pp": None, "ci_newcombe_pp": None, "pooled_diff_pp": None, "rate_a": None, "rate_b": None,
-           "kind": "inconclusive", "text": "", "p_value": None,
+           "kind": "inconclusive", "text": "", "p_value": None, "no_claim_reason": None,
            "method": "hull of a paired t interval over rounds and Newcombe's hybrid score interval on pooled counts"}
     if not rows:
         out["text"] = "inconclusive: no round with requests in both arms"
@@ -677,14 +777,21 @@ def compare_error_rates(a_failed: Sequence, a_total: Sequence, b_failed: Sequenc
         out["ci_t_pp"] = [100 * tlo, 100 * thi]
         out["p_value"] = _t_p(mean, se, n - 1)
         lo, hi = min(lo, tlo), max(hi, thi)
+    lo, hi = max(lo, -1.0), min(hi, 1.0)  # a difference of two rates lies in [-1, 1]
     out["ci_pp"] = [100 * lo, 100 * hi]
-    if lo > 0:
+    why = None
+    if out["ci_t_pp"] is None and (xa or xb):  # the hull needs both intervals: Newcombe alone treats requests as independent
+        why = ("one round: no round-to-round spread to put beside the pooled counts" if n < 2 else
+               "no spread in the per-round differences: the paired interval is a point")
+    elif lo > 0:
         out["kind"] = "more_failures"
     elif hi < 0:
         out["kind"] = "fewer_failures"
+    out["no_claim_reason"] = why
     words = {"more_failures": "B fails more", "fewer_failures": "B fails less", "inconclusive": "inconclusive"}
     out["text"] = (f"{words[out['kind']]}: failure rate B {100 * xb / nb:.2f} % vs A {100 * xa / na:.2f} %, "
-                   f"B − A {100 * mean:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] over {n} round(s)")
+                   f"B − A {100 * mean:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] over {n} round(s)"
+                   + (f"; no claim: {why}" if why else ""))
     return out
 
 

@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"A": "#3b6ea8", "B": "#e07b39"}
 KIND_COLORS = {"faster": "#1f9d55", "slower": "#d64545", "equivalent": "#5b6b7c", "inconclusive": "#c98a06",
-               "mixed": "#8e44ad", "more_failures": "#d64545", "fewer_failures": "#1f9d55"}
+               "mixed": "#8e44ad", "more_failures": "#d64545", "fewer_failures": "#1f9d55", "failed": "#7a1616",
+               "no_spread": "#8e44ad"}
 
 plt.rcParams.update({
     "svg.hashsalt": "ttsreport", "svg.fonttype": "path", "font.size": 9, "axes.spines.top": False,
@@ -89,7 +90,7 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
             res = comparison["per_level"][lv]["metrics"].get(metric) or {}
             row = head["levels"].get(lv) if metric == primary else None
             kind = (row or res).get("kind", "inconclusive")
-            ci = (row or {}).get("ci") or res.get("ci")
+            ci = (row or {}).get("ci_decision") or (row or {}).get("ci") or res.get("ci")
             col = KIND_COLORS.get(kind, "#888")
             if ci:
                 ax.plot([i, i], ci, color=col, lw=6, alpha=0.45, solid_capstyle="butt")

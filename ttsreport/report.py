@@ -120,6 +120,15 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
         out.append(("partial", f"PARTIAL RUN — {summary['complete_blocks']} of {summary['planned_blocks'] or '?'} "
                                f"planned windows complete (run status: {summary.get('run_status')}). "
                                "Verdicts use only the complete rounds."))
+    head = comparison.get("headline") or {}
+    for lv in comparison.get("levels") or []:
+        row = (head.get("levels") or {}).get(lv) or {}
+        if row.get("kind") == "failed":
+            res = comparison["per_level"][lv]["metrics"][comparison["primary_metric"]]
+            why = "; ".join(n.split(": the arm failed there")[0] for n in res.get("notes") or []
+                            if "the arm failed there" in n)
+            out.append(("invalid", f"ARM FAILED at c={lv} — {why}. No speed claim at c={lv} from the remaining "
+                                   "rounds: fix the failure and rerun."))
     note = comparison["settings"].get("swap_note")
     if note:
         out.append(("warn", f"ONE SERVER START — {note}"))
@@ -141,14 +150,28 @@ def cards(comparison: dict) -> list[dict]:
     for lv in comparison["levels"]:
         row = head["levels"][lv]
         res = comparison["per_level"][lv]["metrics"][comparison["primary_metric"]]
-        ci = row.get("ci_equivalence") if seq and row.get("kind") == "equivalent" else row.get("ci")
+        kind = row.get("kind")
+        if "ci_decision" in row:
+            ci, ci_what = row.get("ci_decision"), row.get("ci_decision_what")
+        else:  # statistics written before the deciding interval was recorded
+            ci = row.get("ci_equivalence") if seq and kind == "equivalent" else row.get("ci")
+            ci_what = None
         gain = res.get("gain")
         note = (f"sequential rule, Holm p {_p(row.get('p_holm'))}" if seq
                 else f"Holm p {_p(row.get('p_holm'))} over {len(comparison['levels'])} level(s)")
-        if row.get("kind") == "inconclusive" and row.get("rounds_needed"):
+        if kind == "inconclusive" and row.get("rounds_needed"):
             note += f"; about {row['rounds_needed']} more {res.get('unit', 'round')}(s)"
-        out.append({"level": lv, "kind": row.get("kind"), "ratio": row.get("ratio"), "ci": ci, "words": _words(gain),
-                    "note": note, "n": row.get("n"), "unit": res.get("unit")})
+        if kind in ("failed", "no_spread"):
+            note = row.get("text") or res.get("text") or note
+        er = comparison["per_level"][lv].get("error_rate") or {}
+        ci_er = er.get("ci_pp")
+        error = (f"error rate: {er.get('kind', DASH)}" + (f", B − A {er['diff_pp']:+.2f} pp [{ci_er[0]:+.2f}, "
+                                                            f"{ci_er[1]:+.2f}]" if ci_er else "")
+                 + (f" (no claim: {er['no_claim_reason']})" if er.get("no_claim_reason") else ""))
+        out.append({"level": lv, "kind": kind, "word": row.get("word") or kind, "ratio": row.get("ratio"), "ci": ci,
+                    "ci_what": ci_what, "words": _words(gain) if kind not in ("failed", "no_spread") else DASH,
+                    "note": note, "n": row.get("n"), "unit": res.get("unit"), "error": error,
+                    "error_kind": er.get("kind")})
     return out
 
 
@@ -156,10 +179,13 @@ def _metric_row(summary, lv, m, res, headline_row=None, sequential=False) -> lis
     meta = summary["metrics"][m]
     arms = [summary["arms"][x].get(lv, {}).get(m) for x in ("A", "B")]
     kind = (headline_row or res)["kind"]
-    ci = (headline_row or {}).get("ci") or res.get("ci")
+    word = (headline_row or res).get("word") or kind
+    ci = (headline_row or {}).get("ci_decision") or (headline_row or {}).get("ci") or res.get("ci")
+    if kind in ("failed", "no_spread"):
+        ci = None  # no interval decided it
     role = ("primary (sequential)" if sequential else "primary (Holm)") if headline_row is not None \
         else "secondary, uncorrected"
-    decision = (kind, f"k-{kind}") if res.get("n") else DASH  # no round with both values (e.g. a version-1 run)
+    decision = (word, f"k-{kind}") if res.get("n") or kind == "failed" else DASH  # DASH: no round with both values
     return [(f"c={lv}", "lv") if headline_row is not None else "", (meta["label"], "pm" if headline_row else ""),
             role, _value(arms[0]["mean"] if arms[0] else None, meta["unit"]),
             _value(arms[1]["mean"] if arms[1] else None, meta["unit"]), _r(res.get("ratio")), _ci(ci),
@@ -193,7 +219,29 @@ def verdict_table(summary: dict, comparison: dict) -> Table:
             "paired t interval and Newcombe's score interval (a difference is claimed only when both agree).")
     if (comparison.get("headline") or {}).get("rule") == "sequential":
         note += " Primary metric: the sequential rule's repeated interval (the run looked after every round)."
+    else:
+        note += (" Primary metric: the interval that decided its word (Holm's step for a claim, the 90 % TOST "
+                 "interval for equivalence, Bonferroni over the levels when inconclusive).")
+    if s.get("failure_rule"):
+        note += f" Failed: {s['failure_rule']}. No spread: every unit gave the same ratio: check the set-up."
     return Table(["level", "metric", "role", "A", "B", "B/A", "interval", "in words", "decision", "n"], rows, note)
+
+
+def skipped_units(comparison: dict) -> list[str]:
+    """Every round or unit a verdict left out or flagged, with why (the notes of every comparison), one line each."""
+    out = []
+    for lv in comparison["levels"]:
+        pl = comparison["per_level"][lv]
+        seen: list[str] = []
+        for res in pl["metrics"].values():
+            for n in res.get("notes") or []:
+                if n not in seen:
+                    seen.append(n)
+        er = pl.get("error_rate") or {}
+        if er.get("n_skipped"):
+            seen.append(f"error rate: {er['n_skipped']} round(s) skipped (no request in one arm)")
+        out += [f"c={lv}: {n}" for n in seen]
+    return out
 
 
 def aa_section(summary: dict, comparison: dict) -> Section:
@@ -484,6 +532,10 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
     head = comparison.get("headline")
     top = Section("verdicts", "Verdicts per level (B vs A)")
     top.parts.append(verdict_table(summary, comparison))
+    skipped = skipped_units(comparison)
+    if skipped:
+        top.parts.append(Table(["skipped or flagged units"], [[x] for x in skipped],
+                               "Every unit a verdict left out or flagged, from the statistics' notes."))
     method = Section("method", "How this was decided")
     method.parts.append(f"{s['estimand']}. {s['decision']}; margin ±{s['margin_pct']:g} % "
                         f"(from {s.get('margin_source', 'default')}). {s['multiplicity']}"
@@ -535,7 +587,8 @@ def headline_sentence(summary: dict, comparison: dict) -> str:
     if not head:
         return "No valid A/B round: nothing to compare yet."
     rule = "sequential rule" if head.get("rule") == "sequential" else "Holm over levels"
-    return f"Primary metric {summary['metrics'][comparison['primary_metric']]['label']}: {head['kind']} — {head['text']} ({rule})."
+    word = head.get("word") or head["kind"]
+    return f"Primary metric {summary['metrics'][comparison['primary_metric']]['label']}: {word} — {head['text']} ({rule})."
 
 
 # ----------------------------------------------------------------------------------------------- Markdown
@@ -560,8 +613,9 @@ def markdown(summary: dict, comparison: dict) -> str:
         lines += [f"> **{text}**", ""]
     lines += [f"**{headline_sentence(summary, comparison)}**", ""]
     for c in cards(comparison):
-        lines.append(f"- c={c['level']}: **{c['kind']}** B/A {_r(c['ratio'])} {_ci(c['ci'])} ({c['words']}; "
-                     f"{c['note']})")
+        what = f" ({c['ci_what']})" if c.get("ci_what") else ""
+        lines.append(f"- c={c['level']}: **{c['word']}** B/A {_r(c['ratio'])} {_ci(c['ci'])}{what} ({c['words']}; "
+                     f"{c['note']}); {c['error']}")
     lines.append("")
     for sec in sections(summary, comparison):
         lines += [f"## {sec.title}", ""]
@@ -605,7 +659,7 @@ th{background:#f0f2f5;font-weight:600}
 caption{text-align:left;font-weight:600;padding:6px 0}
 .k-faster,.k-fewer_failures{color:#1f9d55;font-weight:600}.k-slower,.k-more_failures{color:#d64545;font-weight:600}
 .k-equivalent{color:#5b6b7c;font-weight:600}.k-inconclusive{color:#c98a06;font-weight:600}
-.k-mixed{color:#8e44ad;font-weight:600}
+.k-mixed,.k-no_spread{color:#8e44ad;font-weight:600}.k-failed{color:#7a1616;font-weight:700}
 .no{color:#d64545;font-weight:700}
 tr.lvrow td{border-top:2px solid #9aa5b1}td.lv,td.pm{font-weight:700}
 .legend{font-size:12px;color:#5b6b7c;margin-top:4px}
@@ -661,10 +715,12 @@ def html_page(summary: dict, comparison: dict) -> str:
     for c in cards(comparison):
         col = plots.KIND_COLORS.get(c["kind"], "#ccc")
         parts.append(f"<div class='card' style='border-top-color:{col}'><div class='lv'>{_esc(metric_label)} at "
-                     f"concurrency {_esc(c['level'])}</div><div class='v k-{_esc(c['kind'])}'>{_esc(c['kind'])}</div>"
+                     f"concurrency {_esc(c['level'])}</div><div class='v k-{_esc(c['kind'])}'>{_esc(c['word'])}</div>"
                      f"<div class='r'>B/A {_esc(_r(c['ratio']))} {_esc(_ci(c['ci']))}</div>"
-                     f"<div class='w'>{_esc(c['words'])}</div><div class='n'>{_esc(c['note'])}; n = {c['n']} "
-                     f"{_esc(c['unit'])}(s)</div></div>")
+                     + (f"<div class='n'>{_esc(c['ci_what'])}</div>" if c.get("ci_what") else "")
+                     + f"<div class='w'>{_esc(c['words'])}</div><div class='n'>{_esc(c['note'])}; n = {c['n']} "
+                     f"{_esc(c['unit'])}(s)</div><div class='w k-{_esc(c['error_kind'] or '')}'>{_esc(c['error'])}"
+                     "</div></div>")
     parts.append("</div>")
     secs = sections(summary, comparison)
     figures = {"verdicts": [plots.plot_ratios(summary, comparison), plots.plot_levels(summary)],

@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 
 DESIGN_UNITS = {"fresh": "round", "swap": "round", "nested": "start"}
+# What a claim covers: a swap run's windows all share one server start, so its verdict holds for that start only
+DESIGN_SCOPE = {"fresh": None, "swap": "in this server start", "nested": None}
+FAILED_SHARE = 0.5  # an arm whose window failed at least this share of its measure-phase requests at a level failed
 
 
 def design_of(manifest: dict) -> str:
@@ -59,6 +62,28 @@ def start_of(arms: dict[str, dict]) -> int | None:
     return None if s is None else int(s)
 
 
+def failed_arms(arms: dict[str, dict], level: str) -> tuple[str | None, list[str]]:
+    """Which arm(s) of a round failed at a level ("A", "B", "A and B" or None) and why, one phrase per arm.
+
+    An arm failed when its window has no measure-phase request at a level the other arm ran, or when at least
+    FAILED_SHARE of them failed: it produced nothing (or too little to be the arm's behaviour), so the round says that
+    the arm broke there, not how fast it was."""
+    lv = {x: arms[x]["levels"].get(level) for x in ("A", "B")}
+    if all(v is None for v in lv.values()):
+        return None, []
+    bad, why = [], []
+    for x in ("A", "B"):
+        v = lv[x] or {}
+        n, err = int(v.get("n") or 0), int(v.get("n_error") or 0)
+        if n == 0:
+            bad.append(x)
+            why.append(f"{x} had no measure-phase request at c={level}")
+        elif err >= FAILED_SHARE * n:
+            bad.append(x)
+            why.append(f"{x} failed {err} of {n} measure-phase requests at c={level}")
+    return (" and ".join(bad) or None), why
+
+
 def positive(v) -> float | None:
     """A metric value usable in a ratio: None for missing, zero or negative (a level where nothing succeeded is a
     failure, counted by the error rate, not a ratio)."""
@@ -69,14 +94,17 @@ def values(pairs: dict[int, dict[str, dict]], level: str, metric: str, keep=None
     """Per-round A and B values of one metric at one level, with the round, its start and its order.
 
     keep(round, arms) may leave rounds out (e.g. rounds with failed requests). Missing values stay None (inference
-    skips and counts them); a zero or negative value is None too, with a note."""
-    out: dict = {"round": [], "a": [], "b": [], "start": [], "order": [], "notes": []}
+    skips and counts them); a zero or negative value is None too, with a note. `failed` marks the arm(s) that failed
+    in each round (failed_arms)."""
+    out: dict = {"round": [], "a": [], "b": [], "start": [], "order": [], "failed": [], "notes": []}
     for rnd, arms in pairs.items():
         if keep is not None and not keep(rnd, arms):
             continue
         la, lb = arms["A"]["levels"].get(level), arms["B"]["levels"].get(level)
         va = None if la is None else la.get(metric)
         vb = None if lb is None else lb.get(metric)
+        failed, why = failed_arms(arms, level)
+        out["notes"] += [f"round {rnd}: {w}: the arm failed there (no speed claim at this level)" for w in why]
         for arm, v in (("A", va), ("B", vb)):
             if v is not None and v <= 0:
                 out["notes"].append(f"round {rnd}: {metric} {v:g} in {arm} at c={level} (nothing succeeded there): "
@@ -86,6 +114,7 @@ def values(pairs: dict[int, dict[str, dict]], level: str, metric: str, keep=None
         out["b"].append(positive(vb))
         out["start"].append(start_of(arms))
         out["order"].append(order_of(arms))
+        out["failed"].append(failed)
     return out
 
 
