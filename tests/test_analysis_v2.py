@@ -170,6 +170,14 @@ def test_swap_design_is_conditional_on_its_start(tmp_path):
     assert comp["per_level"]["4"]["metrics"]["throughput_rps"]["n"] == 4
     assert comp["per_level"]["4"]["design"]["components"] is None  # one start: no between-start variance
     assert summary["design"] == {"name": "swap", "unit": "round", "starts": 1, "level_order": None}
+    head = comp["headline"]  # the claim is about this server start, and says so in its word
+    assert head["kind"] == "faster" and head["word"] == "faster in this server start", head["text"]
+    assert head["text"] == "B faster in this server start at every level (4)"
+    assert comp["per_level"]["4"]["metrics"]["e2e_p50"]["text"].startswith("faster in this server start: ")
+    assert cli.main([str(run)]) == 0
+    md = (run / "summary.md").read_text()
+    assert "- c=4: **faster in this server start**" in md
+    assert ": faster in this server start — B faster in this server start at every level (4) (Holm" in md
 
 
 def test_requests_spanning_a_switch_are_left_out(tmp_path):
@@ -425,3 +433,44 @@ def test_a_plain_locust_run_has_no_headline_but_a_report(tmp_path):
     assert [b["kind"] for b in summary["blocks"]] == ["single"] and summary["arms"]["A"]["8"]["throughput_rps"]
     assert cli.main([str(single)]) == 0
     assert "No valid A/B round" in (single / "summary.md").read_text()
+
+
+def test_an_arm_that_failed_in_one_round_is_the_headline_not_a_speed_claim(tmp_path):
+    """reports/example with every c=8 request of arm B failed in round 0: the remaining two rounds would read
+    "faster"; the report names the failure in the headline, makes no speed claim at c=8, lists the skipped round and
+    shows the error-rate verdict on the card."""
+    run = tmp_path / "example"
+    shutil.copytree(ROOT / "reports" / "example", run)
+    (blk,) = (run / "blocks").glob("*-r0-ab-B")
+    lines = []
+    for line in (blk / "requests.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["concurrency"] == 8:
+            r.update(ok=False, error="http 503: busy", status=503, ttfa_s=None, audio_s=None, rtf=None, bytes=0)
+        lines.append(json.dumps(r))
+    (blk / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli.main([str(run)]) == 0
+    comp = json.loads((run / "comparison.json").read_text())
+    head = comp["headline"]
+    assert head["kind"] == "failed" and head["text"].startswith("B failed at c=8 in 1 of 3 rounds: no speed claim")
+    row8 = head["levels"]["8"]
+    assert row8["kind"] == "failed" and row8["ci_decision"] is None and not row8["equivalent"]
+    for res in comp["per_level"]["8"]["metrics"].values():  # no metric claims anything at c=8
+        assert res["kind"] == "failed", (res["label"], res["kind"])
+    assert head["levels"]["64"]["kind"] == "faster"  # the other level keeps its verdict, in its own words
+    assert head["levels"]["64"]["word"] == "faster in this server start"
+    md = (run / "summary.md").read_text()
+    headline = next(x for x in md.splitlines() if x.startswith("**Primary metric"))
+    assert "B failed at c=8 in 1 of 3 rounds" in headline and "faster in this server start at 1 of 2 levels" in headline
+    assert "- c=8: **failed**" in md and "error rate: " in md.split("- c=8: **failed**")[1].splitlines()[0]
+    assert "c=8: round 0: B failed 24 of 24 measure-phase requests at c=8" in md  # the skipped unit, in the report
+    page = (run / "index.html").read_text()
+    assert "ARM FAILED at c=8" in page and "k-failed" in page
+
+
+def test_a_zero_spread_run_says_check_the_set_up(tmp_path):
+    """B identical to A in every window (no per-request noise): no claim, not even "equivalent"."""
+    run = sr.fresh(tmp_path / "r", rounds=3, b_factor=1.0, noise=0.0)
+    summary, comp = summarize(run)
+    assert comp["headline"]["kind"] == "no_spread" and "check the set-up" in comp["headline"]["text"]
+    assert all(r["kind"] == "no_spread" for r in comp["headline"]["levels"].values())

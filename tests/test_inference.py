@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats as sps
 
 from ttsreport import inference as inf
@@ -69,23 +71,70 @@ def test_decision_is_the_t_test_and_no_floor_moves_it():
 
 def test_equivalence_bounds_are_symmetric_on_the_log_scale():
     a = [100.0] * 4
-    inside = inf.compare_rounds(a, [100.99] * 4, **KW)  # zero spread: exactly 0.99 % faster every round
-    assert inside["kind"] == "faster" and inside["equivalent"] and inside["sd_log"] == 0
+    wiggle = np.exp([2e-4, -2e-4, 2e-4, -2e-4])  # a spread of 0.02 %: tiny, but above the no-spread floor
+    inside = inf.compare_rounds(a, 100.9 * wiggle, **KW)  # 0.9 % faster in every round, to 0.02 %
+    assert inside["kind"] == "faster" and inside["equivalent"]
     assert inside["equivalence_bounds"] == pytest.approx([1 / 1.01, 1.01])
     spread = inf.compare_rounds(a * 2, [100.5, 99.6, 100.3, 99.7, 100.2, 99.9, 100.1, 100.0], **KW)
     assert spread["kind"] == "equivalent" and spread["rounds_needed"] == 0
     assert spread["text"].startswith("equivalent within ±1 %: B metric ×1.000, 90 % interval")
-    on_edge = inf.compare_rounds(a, [101.0] * 4, **KW)  # zero spread, exactly on the margin: not inside
+    on_edge = inf.compare_rounds(a, 101.0 * wiggle, **KW)  # centred exactly on the margin: not inside
     assert on_edge["kind"] == "faster" and not on_edge["equivalent"]
-    lower = inf.compare_rounds(a, [100.0 / 1.0099] * 4, **KW)
+    lower = inf.compare_rounds(a, 100.0 / 1.009 * wiggle, **KW)
     assert lower["kind"] == "slower" and lower["equivalent"]  # a tiny real difference inside the margin: both said
     assert "within the ±1 % margin" in lower["text"]
 
 
-def test_identical_arms_are_equivalent_with_a_point_interval():
-    r = inf.compare_rounds([5.0, 6.0, 7.0], [5.0, 6.0, 7.0], **KW)
-    assert r["kind"] == "equivalent" and r["ci"] == [1.0, 1.0] and r["p_value"] == 1.0
-    assert any("zero spread" in n for n in r["notes"])
+def test_no_spread_is_a_set_up_check_never_a_claim():
+    """Zero spread from two rounds made "faster ×1.010 [1.010, 1.010]" and identical arms "equivalent" with
+    certainty; a B arm silently running A's code looks exactly like that."""
+    same = inf.compare_rounds([5.0, 6.0, 7.0], [5.0, 6.0, 7.0], **KW)
+    assert same["kind"] == "no_spread" and not same["equivalent"] and same["p_value"] is None
+    assert same["text"].startswith("no spread: check the set-up") and "no claim" in same["text"]
+    assert any("no spread" in n for n in same["notes"])
+    const = inf.compare_rounds([100.0, 120.0], [101.0, 121.2], **KW)  # x1.010 in both of two rounds
+    assert const["kind"] == "no_spread" and const["rounds_needed"] is None
+    near = inf.compare_rounds([100.0] * 3, 101.0 * np.exp([5e-6, -5e-6, 0.0]), **KW)  # sd 0.0005 %: below the floor
+    assert near["kind"] == "no_spread"
+    real = inf.compare_rounds([100.0] * 3, 101.0 * np.exp([5e-5, -5e-5, 0.0]), **KW)  # sd 0.005 %: a measurement
+    assert real["kind"] == "faster"
+    dec = inf.decide_levels({"8": same, "64": const}, 0.05)
+    assert dec["kind"] == "no_spread" and not dec["decided"] and "check the set-up" in dec["text"]
+    assert all(row["ci_decision"] is None for row in dec["levels"].values())
+
+
+def test_a_failed_round_is_a_finding_and_no_speed_claim():
+    rng = np.random.default_rng(11)
+    a, b = pair(rng, 4, 0.05)  # a clear 5 % effect in the rounds that produced something
+    b = list(b)
+    b[1] = None  # B produced nothing in round 1
+    r = inf.compare_rounds(a, b, **KW, label="throughput", failed=[None, "B", None, None])
+    assert r["kind"] == "failed" and r["failed"] == {"rounds": [1], "by_arm": {"B": 1}, "of": 4}
+    assert r["text"].startswith("failed: B failed in 1 of 4 rounds: no speed claim")
+    assert not r["equivalent"] and r["p_tost"] is None and r["rounds_needed"] is None
+    assert r["p_value"] is not None  # the other rounds still count in Holm's family (never loosens it)
+    ok = inf.compare_rounds(a, b[:1] + [a[1] * 1.05] + b[2:], **KW, label="throughput")
+    dec = inf.decide_levels({"8": r, "64": ok}, 0.05)
+    assert dec["levels"]["8"]["kind"] == "failed" and dec["kind"] == "failed" and not dec["decided"]
+    assert dec["text"].startswith("B failed at c=8 in 1 of 4 rounds: no speed claim there; elsewhere")
+    both = inf.compare_rounds(a, a, **KW, failed=["A and B", None, "A", None])
+    assert both["failed"]["by_arm"] == {"A": 2, "B": 1} and "A failed in 2 of 4 rounds and B failed" in both["text"]
+    with pytest.raises(ValueError, match="failed must mark every round"):
+        inf.compare_rounds(a, a, **KW, failed=[None])
+
+
+def test_scope_qualifies_every_claim_word():
+    rng = np.random.default_rng(12)
+    a, b = pair(rng, 6, 0.05)
+    r = inf.compare_rounds(a, b, **KW, scope="in this server start")
+    assert r["kind"] == "faster" and r["word"] == "faster in this server start"
+    assert r["text"].startswith("faster in this server start: B metric ×1.0")
+    dec = inf.decide_levels({"8": r, "64": r}, 0.05, scope="in this server start")
+    assert dec["text"] == "B faster in this server start at every level (8, 64)"
+    assert dec["word"] == "faster in this server start" and dec["levels"]["8"]["word"] == dec["word"]
+    c, d = pair(rng, 6, 0.0, sd=0.3)
+    un = inf.compare_rounds(c, d, **KW, scope="in this server start")
+    assert un["kind"] == "inconclusive" and un["word"] == "inconclusive"  # only a claim is scoped
 
 
 def test_too_few_rounds_and_missing_values():
@@ -218,6 +267,35 @@ def test_holm_can_withdraw_a_per_level_claim():
     assert x["rounds_needed"] > 0 and "alpha/3" in x["rounds_needed_assumption"]
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(2, 9), st.floats(-0.06, 0.06), st.floats(0.001, 0.05)), min_size=1,
+                max_size=5), st.integers(0, 2**31 - 1), st.sampled_from([0.9, 0.95, 0.99]))
+def test_the_decision_interval_agrees_with_the_word(levels, seed, confidence):
+    """Over random data: a claim's interval excludes 1 on its side, an "equivalent" interval lies inside the margin,
+    an "inconclusive" one contains 1 (Holm withdrawing a per-level claim included)."""
+    rng = np.random.default_rng(seed)
+    res = {}
+    for i, (n, eff, sd) in enumerate(levels):
+        a, b = pair(rng, n, eff, sd=sd)
+        res[str(i)] = inf.compare_rounds(a, b, higher_is_better=bool(i % 2), margin_pct=1.0, confidence=confidence)
+    head = inf.decide_levels(res)
+    for lv, row in head["levels"].items():
+        if row["kind"] == "no_spread":  # a sample sd under NO_SPREAD_LOG: no interval decided anything
+            assert row["ci_decision"] is None and res[lv]["sd_log"] < inf.NO_SPREAD_LOG
+            continue
+        lo, hi = row["ci_decision"]
+        better_up = res[lv]["higher_is_better"]
+        if row["kind"] == "faster":
+            assert (lo > 1.0) if better_up else (hi < 1.0)
+        elif row["kind"] == "slower":
+            assert (hi < 1.0) if better_up else (lo > 1.0)
+        elif row["kind"] == "equivalent":
+            assert 1 / 1.01 < lo and hi < 1.01 and "TOST" in row["ci_decision_what"]
+        else:
+            assert row["kind"] == "inconclusive" and lo <= 1.0 <= hi
+        assert lo <= row["ratio"] <= hi
+
+
 def test_mark_secondary():
     r = inf.mark_secondary(inf.compare_rounds([1, 1, 1], [1.1, 1.2, 1.1], **KW))
     assert r["role"] == "secondary" and r["corrected"] is False and "uncorrected" in r["text"]
@@ -342,6 +420,20 @@ def test_error_rates_behave_at_zero_and_see_a_real_difference():
         inf.compare_error_rates([0.5], [2], [0], [2])
     with pytest.raises(ValueError, match="one count per round"):
         inf.compare_error_rates([0, 0], [2], [0], [2])
+
+
+def test_error_rates_make_no_claim_from_one_round_or_zero_spread():
+    """Newcombe alone treats requests as independent (12 % false claims at one round): no claim without the paired
+    interval beside it."""
+    one = inf.compare_error_rates([0], [200], [12], [200])
+    assert one["kind"] == "inconclusive" and one["ci_newcombe_pp"][0] > 0  # Newcombe alone would have claimed
+    assert one["no_claim_reason"].startswith("one round") and "no claim: one round" in one["text"]
+    flat = inf.compare_error_rates([0, 0, 0], [100] * 3, [5, 5, 5], [100] * 3)  # the same +5 pp in every round
+    assert flat["kind"] == "inconclusive" and flat["ci_t_pp"] is None and "no spread" in flat["no_claim_reason"]
+    none = inf.compare_error_rates([0, 0], [100] * 2, [0, 0], [100] * 2)
+    assert none["no_claim_reason"] is None and "no claim" not in none["text"]  # nothing to claim: nothing said
+    wide = inf.compare_error_rates([0, 0, 0], [10] * 3, [10, 0, 0], [10] * 3)  # B failed every request once
+    assert -100.0 <= wide["ci_pp"][0] and wide["ci_pp"][1] <= 100.0  # a difference of rates stays in ±100 pp
 
 
 def test_error_rate_hull_is_wider_than_either_interval():

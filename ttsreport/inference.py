@@ -17,7 +17,7 @@ from scipy import special as sc
 
 KINDS = ("faster", "slower", "equivalent", "inconclusive", "failed", "no_spread")
 CLAIMS = ("faster", "slower", "equivalent")  # the kinds that say something about the arms
-NO_SPREAD_LOG = 1e-4  # per-unit sd of ln(B/A) below this (0.01 %) is "no spread: check the set-up", never a claim
+NO_SPREAD_LOG = 1e-5  # per-unit sd of ln(B/A) below this (0.001 %) is "no spread: check the set-up", never a claim
 POWER = 0.8  # power the "rounds needed" estimate aims at
 SPREAD_BOUND = 0.8  # one-sided confidence of the upper bound on the spread that estimate assumes
 MAX_UNITS = 10_000  # beyond this many rounds (or starts) a target counts as out of reach
