@@ -342,6 +342,8 @@ def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
     assert comp["headline"]["rule"] == "sequential" and comp["headline_fixed"]["rule"] == "fixed"
     seq_ci, fixed_ci = comp["headline"]["levels"]["8"]["ci"], comp["headline_fixed"]["levels"]["8"]["ci"]
     assert seq_ci[0] < fixed_ci[0] and seq_ci[1] > fixed_ci[1]  # repeated intervals are wider
+    for row in comp["headline"]["levels"].values():  # the card's interval is the one that decided the claim
+        assert row["kind"] == "faster" and row["ci_decision"][0] > 1.0 and "Holm step" in row["ci_decision_what"]
     summary = json.loads((run / "summary.json").read_text())
     assert len(summary["looks"]) == 2 and "Sequential looks" in (run / "summary.md").read_text()
 

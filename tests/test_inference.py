@@ -296,6 +296,29 @@ def test_the_decision_interval_agrees_with_the_word(levels, seed, confidence):
         assert lo <= row["ratio"] <= hi
 
 
+def test_sequential_claim_interval_agrees_with_the_holm_claim():
+    """A sequential claim under Holm is shown with the repeated interval at its Holm step: it excludes 1 whenever
+    the claim is made; an undecided level's simultaneous repeated interval contains 1. Seeded random data near the
+    boundary (3 levels, looks 3..8)."""
+    rng = np.random.default_rng(21)
+    claims = 0
+    for _ in range(60):
+        d = {str(lv): list(rng.normal(float(rng.choice([0.0, 0.004, 0.008])), 0.006, 8)) for lv in range(3)}
+        look = inf.sequential_look(d, min_rounds=3, max_rounds=8, alpha=0.05, margin_pct=1.0, higher_is_better=True)
+        ps = {lv: r["p_sequential"] for lv, r in look["levels"].items()}
+        order = sorted(ps, key=ps.get)
+        for lv, row in look["levels"].items():
+            if row["kind"] in ("faster", "slower"):
+                claims += 1
+                ci = inf.sequential_claim_interval(d[lv], min_rounds=3, max_rounds=8,
+                                                   alpha_step=0.05 / (3 - order.index(lv)))
+                assert ci[0] > 1.0 if row["kind"] == "faster" else ci[1] < 1.0
+                assert ci[0] <= row["ratio"] <= ci[1]
+            elif row["kind"] == "inconclusive":
+                assert row["ci"][0] <= 1.0 <= row["ci"][1]
+    assert claims > 20  # the check ran on many claims
+
+
 def test_mark_secondary():
     r = inf.mark_secondary(inf.compare_rounds([1, 1, 1], [1.1, 1.2, 1.1], **KW))
     assert r["role"] == "secondary" and r["corrected"] is False and "uncorrected" in r["text"]

@@ -478,6 +478,18 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scop
                           f"(intersection-union for 'equivalent at every level')"}
 
 
+def sequential_claim_interval(d: Sequence, *, min_rounds: int, max_rounds: int, alpha_step: float) -> list | None:
+    """The repeated interval (as ratios) that decides a sequential difference claim made at Holm's level alpha_step
+    (alpha / (L - k) at step k): the same O'Brien-Fleming boundary as sequential_look, intersected over the looks, so
+    it excludes 1 when the claim is made. `d` holds the level's per-unit ln(B/A) (None/NaN skipped, as there)."""
+    vals = np.array([x for i, v in enumerate(d) if (x := _number("d", i, v)) is not None], dtype=float)
+    two, one = _null_maxima(int(min_rounds), int(max_rounds))
+    c = _mc_quantile(two, alpha_step)
+    s = _sequential_level(vals, min_rounds=min_rounds, max_rounds=max_rounds, c_diff=c, c_eq=_mc_quantile(one, 0.05),
+                          two=two, delta=0.0)
+    return None if s["ci_log"] is None else [math.exp(x) for x in s["ci_log"]]
+
+
 def mark_secondary(result: dict) -> dict:
     """A copy of a compare_rounds result labelled as a secondary metric: an estimate whose interval is uncorrected."""
     out = dict(result)
