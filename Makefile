@@ -36,7 +36,8 @@ DRY_RUN ?=
 .PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
 
 help:
-	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path"
+	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
+	@echo "               start (swap design): its verdicts read 'faster in this server start', a claim about that start"
 	@echo "make test      all tests (creates .venv)"
 	@echo "make test-fast the unit tier: no processes, no servers (3-4 minutes on a 2-core box)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"

@@ -459,6 +459,15 @@ def test_error_rates_make_no_claim_from_one_round_or_zero_spread():
     assert -100.0 <= wide["ci_pp"][0] and wide["ci_pp"][1] <= 100.0  # a difference of rates stays in ±100 pp
 
 
+def test_a_target_is_met_only_when_the_whole_interval_is_on_its_side():
+    assert inf.target_met(1, 7, 0.05) == "not shown to violate"  # 14 % [3, 51]: reaches 5 %, does not meet it
+    assert inf.target_met(50, 10000, 0.05) == "met"  # 0.5 % [0.4, 0.7]
+    assert inf.target_met(505, 10000, 0.05) == "not shown to violate"  # a rule at exactly its level
+    assert inf.target_met(900, 10000, 0.05) == "violated"
+    assert inf.target_met(1990, 2000, 0.93, at_most=False) == "met"
+    assert inf.target_met(1800, 2000, 0.93, at_most=False) == "violated"
+
+
 def test_error_rate_hull_is_wider_than_either_interval():
     r = inf.compare_error_rates([2, 0, 5, 1], [100] * 4, [3, 6, 0, 4], [100] * 4)
     lo, hi = r["ci_pp"]

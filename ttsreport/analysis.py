@@ -153,14 +153,13 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
             a_k = seq["alpha"] / (len(ps) - step[lv])
             row["ci_decision"] = inf.sequential_claim_interval(d[lv], min_rounds=seq["min_rounds"],
                                                                max_rounds=seq["max_rounds"], alpha_step=a_k)
-            row["ci_decision_what"] = (f"repeated interval at alpha {a_k:.3g} (Holm step {step[lv] + 1} of "
-                                       f"{len(ps)})")
+            row["ci_decision_what"] = f"Holm step {step[lv] + 1} of {len(ps)}: repeated interval at alpha {a_k:.3g}"
         elif row["kind"] == "equivalent":
             row["ci_decision"] = row.get("ci_equivalence")
-            row["ci_decision_what"] = "repeated interval for equivalence (one-sided alpha per side)"
+            row["ci_decision_what"] = "repeated interval for equivalence, one-sided alpha per side"
         elif row.get("ci"):
             row["ci_decision"] = row["ci"]
-            row["ci_decision_what"] = f"repeated interval (Bonferroni over {len(ps)} level(s); contains 1)"
+            row["ci_decision_what"] = f"Bonferroni over {len(ps)} level(s): repeated interval, contains 1"
         row["word"] = inf.verdict_word(row["kind"], scope)
         kinds[lv] = row["kind"]
     out["kind"], out["text"] = inf._headline(kinds, scope=scope, failures={lv: r.get("failed")

@@ -446,19 +446,17 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scop
             level_k = 1.0 - alpha / (n_tested - step[lv])
             lo, hi = _interval(r["mean_log"], r["se"], r["df"], level_k)
             row["ci_decision"] = [math.exp(lo), math.exp(hi)]
-            row["ci_decision_what"] = (f"{100 * level_k:.4g} % interval (Holm step {step[lv] + 1} of {n_tested}: "
-                                       f"alpha/{n_tested - step[lv]})")
+            row["ci_decision_what"] = f"Holm step {step[lv] + 1} of {n_tested}: {100 * level_k:.4g} % interval"
         elif r["p_tost"] is not None and r["p_tost"] < alpha:
             kind = "equivalent"
             row["ci_decision"] = r["ci_tost"]
-            row["ci_decision_what"] = (f"{100 * (1 - 2 * alpha):.4g} % TOST interval inside the ±{r['margin_pct']:g} % "
-                                       "margin")
+            row["ci_decision_what"] = f"{100 * (1 - 2 * alpha):.4g} % TOST interval, inside ±{r['margin_pct']:g} %"
         else:
             kind = "inconclusive"
             row["ci_decision"] = row["ci_simultaneous"]
             if row["ci_decision"] is not None:
-                row["ci_decision_what"] = (f"{100 * (1 - alpha / n_tested):.4g} % interval (Bonferroni over "
-                                           f"{n_tested} level(s); contains 1)")
+                row["ci_decision_what"] = (f"Bonferroni over {n_tested} level(s): {100 * (1 - alpha / n_tested):.4g} % "
+                                           "interval, contains 1")
         row["kind"] = kinds[lv] = kind
         row["word"] = verdict_word(kind, scope)
         row["rounds_needed"], row["rounds_needed_assumption"] = 0, ""
@@ -726,6 +724,15 @@ def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def target_met(k: int, n: int, target: float, *, at_most: bool = True, confidence: float = 0.95) -> str:
+    """How a measured rate k/n stands against a target (a rate at most / at least `target`), by its Wilson interval:
+    "met" when the whole interval is on the target's side, "violated" when the whole interval is beyond it, and
+    "not shown to violate" when the interval straddles it (a rule at exactly its nominal level always lands there)."""
+    lo, hi = wilson(k, n, confidence)
+    inside, beyond = (hi <= target, lo > target) if at_most else (lo >= target, hi < target)
+    return "met" if inside else "violated" if beyond else "not shown to violate"
 
 
 def newcombe(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -613,8 +613,8 @@ def markdown(summary: dict, comparison: dict) -> str:
         lines += [f"> **{text}**", ""]
     lines += [f"**{headline_sentence(summary, comparison)}**", ""]
     for c in cards(comparison):
-        what = f" ({c['ci_what']})" if c.get("ci_what") else ""
-        lines.append(f"- c={c['level']}: **{c['word']}** B/A {_r(c['ratio'])} {_ci(c['ci'])}{what} ({c['words']}; "
+        what = f"{c['ci_what']}; " if c.get("ci_what") else ""
+        lines.append(f"- c={c['level']}: **{c['word']}** B/A {_r(c['ratio'])} {_ci(c['ci'])} ({what}{c['words']}; "
                      f"{c['note']}); {c['error']}")
     lines.append("")
     for sec in sections(summary, comparison):
