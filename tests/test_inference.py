@@ -599,3 +599,22 @@ def test_plan_nested_is_the_cheapest_design_meeting_the_target():
     assert not inf.plan_nested(comps, 120, 60, 0.01, max_starts=50, max_windows=10)["feasible"]
     with pytest.raises(ValueError, match="target"):
         inf.plan_nested(comps, 120, 60, 0)
+
+
+def test_the_benchmark_of_findings_that_are_not_claims_holds_its_zero_checks():
+    """tools/verdict_synthetic.py's section on failures, zero spread, one-round error rates, card intervals and swap
+    scope, at a small size: every structural check (a count that must be 0, or every one) holds, and the contrast
+    rows show what the old rules did (the page runs it at 2,000-10,000 experiments per cell)."""
+    from tools import verdict_synthetic as vs
+
+    bench = vs.Bench(vs.SEED, 60)
+    vs.not_claims(bench)
+    rows = {(r["cell"], r["quantity"]): r for r in bench.rows}
+    assert all(r["ok"] is True for r in bench.rows if r["ok"] is not None)
+    assert sum(r["ok"] is True for r in bench.rows) == 5
+    old = next(r for (c, q), r in rows.items() if q.startswith("same data, the failed round skipped"))
+    assert old["k"] > 0.8 * old["n"]  # skipping the round as missing used to keep the claim
+    newc = next(r for (c, q), r in rows.items() if q.startswith("claims by Newcombe"))
+    assert newc["k"] > 0  # Newcombe alone claims from one round; the rule does not
+    assert vs.OK_WORDS["violated"] == "**VIOLATED**" and vs.failures([{"ok": "violated"}, {"ok": "met"}]) == [
+        {"ok": "violated"}]
