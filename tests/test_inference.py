@@ -213,6 +213,20 @@ def test_rounds_needed_is_the_power_calculation_on_the_upper_spread_bound():
     assert total > need_at_estimate  # the bound asks for more than the point estimate would
 
 
+def test_rounds_needed_is_a_range_in_sequential_terms_or_out_of_reach():
+    n, mean, sd = 4, 0.01, 0.01
+    need, why = inf.rounds_needed(n, mean, sd, alpha=0.05, margin_log=0.0)
+    at_estimate = next(k for k in range(2, 1000) if sps.nct.sf(sps.t.ppf(0.975, k - 1), k - 1,
+                                                               mean * math.sqrt(k) / sd) >= 0.8)
+    assert why.startswith(f"about {at_estimate - n}-{need} more rounds ({at_estimate}-{n + need} in all")
+    assert "UNTIL=decided" in why and f"at least {n + need} rounds" in why and "second test" in why
+    far, why = inf.rounds_needed(4, 0.001, 0.05, alpha=0.05, margin_log=0.0)  # 0.1 % under 5 % noise
+    assert far is None and why.startswith("out of reach at this noise: ") and "reduce the noise" in why
+    a = np.full(4, 100.0)
+    r = inf.compare_rounds(a, a * np.exp([0.051, -0.049, 0.052, -0.05]), **KW | {"margin_pct": 0.0})
+    assert r["kind"] == "inconclusive" and r["text"].endswith("; out of reach at this noise")
+
+
 def test_rounds_needed_targets_equivalence_when_the_estimate_is_inside_the_margin():
     need, why = inf.rounds_needed(4, 0.0, 0.01, alpha=0.05, margin_log=math.log(1.01))
     assert need is not None and need > 0 and "equivalence within ±1 %" in why

@@ -21,6 +21,7 @@ NO_SPREAD_LOG = 1e-5  # per-unit sd of ln(B/A) below this (0.001 %) is "no sprea
 POWER = 0.8  # power the "rounds needed" estimate aims at
 SPREAD_BOUND = 0.8  # one-sided confidence of the upper bound on the spread that estimate assumes
 MAX_UNITS = 10_000  # beyond this many rounds (or starts) a target counts as out of reach
+OUT_OF_REACH = 200  # more units than this, at the spread's upper bound, is "out of reach at this noise"
 SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
 SEQ_SEED = 20260  # fixed: the boundary is a deterministic function of (min_rounds, max_rounds, alpha)
 
@@ -160,10 +161,13 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
                   unit: str = "round", alpha_equivalence: float | None = None) -> tuple[int | None, str]:
     """About how many more units (rounds or starts) would settle an undecided comparison, and what that assumes.
 
-    The spread is taken at its one-sided 80 % upper confidence bound (chi-square on n-1 df), not at its estimate:
-    with a handful of rounds the estimate is low about half the time, and a plan on it falls short as often. Two targets: a claim (80 % power of the two-sided t test if the true ratio is the current estimate)
-    and equivalence within the margin (80 % power of TOST at the current estimate, when it lies inside the margin).
-    The nearer one is returned. It is a plan, not a promise: the estimate it assumes is itself uncertain.
+    A range: the units in all at the observed spread, and at its one-sided 80 % upper confidence bound (chi-square on
+    n-1 df; with a handful of rounds the estimate is low about half the time). The number returned is the upper end.
+    Two targets: a claim (80 % power of the two-sided t test if the true ratio is the current estimate) and
+    equivalence within the margin (80 % power of TOST at the current estimate, when it lies inside the margin); the
+    nearer one is advised. Beyond OUT_OF_REACH more units the answer is "out of reach at this noise" (None). The
+    advice is sequential: extending a run and looking again is a second test, so the text says to run the extension
+    under the sequential rule (UNTIL=decided), which spends alpha across its looks.
     alpha is the claim's level (alpha/L for Holm's strictest step over L levels); alpha_equivalence defaults to it.
     """
     alpha_eq = alpha if alpha_equivalence is None else alpha_equivalence
@@ -175,32 +179,50 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
     df = n - 1
     sd_up = sd_log * math.sqrt(df / float(sc.chdtri(df, SPREAD_BOUND)))  # P(sigma <= sd_up) = 0.8
     m = abs(mean_log)
-    targets = []
-    if m > 0:
-        def claim_power(k: int) -> float:
-            return 1.0 - float(sc.nctdtr(k - 1, m * math.sqrt(k) / sd_up, _t_quantile(k - 1, 1 - alpha / 2)))
-        k = _first_n(claim_power)
-        if k is not None:
-            targets.append((k, f"a claim if the true ratio is ×{math.exp(mean_log):.4f}"))
-    if margin_log > m:
-        def tost_power(k: int) -> float:
-            tc = _t_quantile(k - 1, 1 - alpha_eq)
-            p1 = 1.0 - float(sc.nctdtr(k - 1, (margin_log + m) * math.sqrt(k) / sd_up, tc))
-            p2 = 1.0 - float(sc.nctdtr(k - 1, (margin_log - m) * math.sqrt(k) / sd_up, tc))
-            return max(0.0, p1 + p2 - 1.0)
-        k = _first_n(tost_power)
-        if k is not None:
-            targets.append((k, f"equivalence within ±{100 * math.expm1(margin_log):.3g} % if the true ratio is "
-                               f"×{math.exp(mean_log):.4f}"))
-    spread = (f"per-{unit} spread of ln(B/A) at most {sd_up:.4g} (the one-sided {100 * SPREAD_BOUND:.0f} % upper bound of "
-              f"the observed {sd_log:.4g} over {n} {unit}s)")
-    if not targets:
-        return None, (f"out of reach within {MAX_UNITS} {unit}s: the estimate sits on the margin or at exactly 1, "
-                      f"assuming a {spread}")
-    k, what = min(targets)
+
+    def targets_at(sd: float) -> list[tuple[int, str]]:
+        found = []
+        if m > 0:
+            def claim_power(k: int) -> float:
+                return 1.0 - float(sc.nctdtr(k - 1, m * math.sqrt(k) / sd, _t_quantile(k - 1, 1 - alpha / 2)))
+            k = _first_n(claim_power)
+            if k is not None:
+                found.append((k, f"a claim if the true ratio is ×{math.exp(mean_log):.4f}"))
+        if margin_log > m:
+            def tost_power(k: int) -> float:
+                tc = _t_quantile(k - 1, 1 - alpha_eq)
+                p1 = 1.0 - float(sc.nctdtr(k - 1, (margin_log + m) * math.sqrt(k) / sd, tc))
+                p2 = 1.0 - float(sc.nctdtr(k - 1, (margin_log - m) * math.sqrt(k) / sd, tc))
+                return max(0.0, p1 + p2 - 1.0)
+            k = _first_n(tost_power)
+            if k is not None:
+                found.append((k, f"equivalence within ±{100 * math.expm1(margin_log):.3g} % if the true ratio is "
+                                 f"×{math.exp(mean_log):.4f}"))
+        return found
+
+    spread = (f"per-{unit} spread of ln(B/A) {sd_log:.4g} observed over {n} {unit}s, {sd_up:.4g} at its one-sided "
+              f"{100 * SPREAD_BOUND:.0f} % upper bound")
+    up, est = targets_at(sd_up), targets_at(sd_log)
+    if not up and m == 0 and margin_log <= m:
+        return None, (f"out of reach within {MAX_UNITS} {unit}s: the estimate sits on the margin or at exactly 1 "
+                      f"({spread})")
+    if not up:
+        return None, (f"out of reach at this noise: more than {MAX_UNITS} {unit}s for {100 * POWER:.0f} % power "
+                      f"({spread}); reduce the noise (longer windows, a quieter host) or test a wider margin")
+    k, what = min(up)
+    k_est = min((x for x, w in est if w == what), default=k)
     need = max(k - n, 1)
-    return need, (f"{_plural(need, unit)} ({k} in all) for {100 * POWER:.0f} % power to reach {what}, assuming a {spread}; "
-                  f"a fresh look after extending is a second test (see docs/method.md, sequential rounds)")
+    if need > OUT_OF_REACH:
+        return None, (f"out of reach at this noise: {_plural(need, unit)} ({k} in all) for {100 * POWER:.0f} % power "
+                      f"to reach {what} at the spread's upper bound ({max(k_est - n, 1)} at its estimate; {spread}); "
+                      "reduce the noise (longer windows, a quieter host) or test a wider margin")
+    low = max(k_est - n, 1)
+    span = f"{low}-{need}" if low < need else f"{need}"
+    return need, (f"about {span} more {unit}s ({k_est}-{k} in all: at the observed spread and at its upper bound) "
+                  f"for {100 * POWER:.0f} % power to reach {what} ({spread}). Run it again under the sequential "
+                  f"rule (UNTIL=decided, a maximum of at least {k} {unit}s), which keeps the false-claim rate over "
+                  "its looks, with this run as its pilot; adding rounds to this run and looking again is a second "
+                  "test and raises false claims (docs/method.md, section 6)")
 
 
 # ----------------------------------------------------------------------------------------------- one comparison
@@ -305,7 +327,8 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
     else:
         need, why = rounds_needed(n, mean, sd, alpha=alpha, margin_log=delta, unit=unit)
         out.update(rounds_needed=need, rounds_needed_assumption=why)
-        more = f"about {_plural(need, unit)}" if need is not None else "more rounds would not settle it"
+        more = (f"about {_plural(need, unit)}" if need is not None else "out of reach at this noise"
+                if why.startswith("out of reach at this noise") else "more rounds would not settle it")
         out["text"] = f"inconclusive: {_ratio_words(label, mean, lo, hi)}; {more}"
     if bootstrap and n >= 3:
         rng = np.random.default_rng(SEQ_SEED)

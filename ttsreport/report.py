@@ -555,7 +555,10 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
             settle = f"the sequential rule looks again after every {res.get('unit')}, up to " \
                      f"{head['settings']['max_rounds']}"
         else:
-            settle = f"about {need} more {res.get('unit')}(s)" if need else "more rounds would not settle it"
+            why = row.get("rounds_needed_assumption") or ""
+            settle = (f"about {need} more {res.get('unit')}(s), under the sequential rule" if need else
+                      "out of reach at this noise" if why.startswith("out of reach at this noise") else
+                      "more rounds would not settle it")
         rows.append([f"c={lv}", _ci(res.get("ci")), _ci(res.get("ci_bootstrap")), _ci(row.get("ci_simultaneous")),
                      settle, row.get("rounds_needed_assumption") or DASH])
     seq = (head or {}).get("rule") == "sequential"
