@@ -370,6 +370,10 @@ def test_plan_from_a_nested_pilot(tmp_path, capsys):
     assert plan["costs"]["start_s"] == pytest.approx(12.0 + 2.0)  # start.json ready_s + stop_s
     assert plan["costs"]["window_pair_s"] > 0 and "half-width = t(S-1)" in plan["formula"]
     assert plan["halfwidth_pct"] <= 1.0 and f"S={plan['starts']}" in out and plan["formula"] in out
+    ch = plan["chance_of_target"]  # the plan says how likely it is to reach its target, and from how little it knows
+    assert 0.0 < ch["known_variances"] < 1.0 and 0.0 < ch["with_pilot_uncertainty"] < 1.0
+    assert ch["pilot_df"] == {"start": 2, "pair": 3} and set(ch["per_level"]) == set(plan["levels"])
+    assert f"chance of reaching it {100 * ch['known_variances']:.0f} %" in out and "from 2 df" in out
     s2s, s2p = plan["components"]["sigma2_start"], plan["components"]["sigma2_pair"]
     s2w = plan["components"]["sigma2_within"]
     S, W = plan["starts"], plan["windows_per_start"]

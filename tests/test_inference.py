@@ -632,3 +632,26 @@ def test_the_benchmark_of_findings_that_are_not_claims_holds_its_zero_checks():
     assert newc["k"] > 0  # Newcombe alone claims from one round; the rule does not
     assert vs.OK_WORDS["violated"] == "**VIOLATED**" and vs.failures([{"ok": "violated"}, {"ok": "met"}]) == [
         {"ok": "violated"}]
+
+
+def test_plan_chance_is_the_chance_that_the_planned_run_reaches_its_target():
+    """A plan sized for t * sigma reaches its half-width about half the time even with the true variances (the run
+    estimates its own s): the closed form matches a simulation of the planned run, and the pilot's own uncertainty
+    is averaged in from its mean squares."""
+    comp = {"sigma2_start": 0.004 ** 2, "sigma2_pair": 0.006 ** 2}
+    p = inf.plan_nested(comp, 100.0, 50.0, 1.0)
+    S, W = p["starts"], p["windows_per_start"]
+    ch = inf.plan_chance(comp, S, W, 1.0)
+    rng = np.random.default_rng(8)
+    unit_sd = math.sqrt(comp["sigma2_start"] + comp["sigma2_pair"] / W)
+    means = rng.normal(0.0, unit_sd, (20000, S))  # each start's mean d, the planned run's units
+    half = sps.t.ppf(0.975, S - 1) * means.std(axis=1, ddof=1) / math.sqrt(S)
+    assert ch["known_variances"] == pytest.approx(np.mean(half <= math.log(1.01)), abs=0.015)
+    assert 0.3 < ch["known_variances"] < 0.9 and ch["with_pilot_uncertainty"] is None  # no mean squares given
+    d = rng.normal(0.01, 0.005, 8) + np.repeat(rng.normal(0, 0.004, 4), 2)  # a pilot: 4 starts x 2 pairs
+    pilot = inf.variance_components(d, [0, 0, 1, 1, 2, 2, 3, 3])
+    q = inf.plan_nested(pilot, 100.0, 50.0, 1.0)
+    got = inf.plan_chance(pilot, q["starts"], q["windows_per_start"], 1.0)
+    assert got["pilot_df"] == {"start": 3, "pair": 4} and 0.0 < got["with_pilot_uncertainty"] < 1.0
+    with pytest.raises(ValueError, match="S >= 2"):
+        inf.plan_chance(comp, 1, 1, 1.0)

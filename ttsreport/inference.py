@@ -1061,3 +1061,40 @@ def plan_nested(components: Mapping, cost_start_s: float, cost_window_s: float, 
     hw = float(t[i]) * math.sqrt(s2s / S + s2p / (S * W))
     out.update(starts=S, windows_per_start=W, cost_s=float(cost[i]), halfwidth_pct=100.0 * math.expm1(hw))
     return out
+
+
+def plan_chance(components: Mapping, starts: int, windows_per_start: int, target_halfwidth_pct: float,
+                confidence: float = 0.95, *, draws: int = 4000, seed: int = SEQ_SEED) -> dict:
+    """The chance that a planned (S, W) run reaches the target half-width, which plan_nested alone does not say.
+
+    plan_nested sizes for t * sigma; the run's own interval is t * s, with s estimated from its S - 1 degrees of
+    freedom, so even with the true variances it falls short about half the time (`known_variances`:
+    P(chi2 on S-1 df <= (S-1) h^2 S / (t^2 sigma2_unit)), sigma2_unit = sigma2_start + sigma2_pair / W). The pilot's
+    variances are estimates too: `with_pilot_uncertainty` averages that chance over draws of the pilot's mean squares
+    from their chi-square distributions (a parametric bootstrap of the method of moments; needs the `mean_squares`,
+    `df` and `coefficients` of variance_components without windows)."""
+    level = _check_confidence(confidence)
+    S, W = int(starts), int(windows_per_start)
+    if S < 2 or W < 1:
+        raise ValueError(f"plan_chance needs S >= 2 starts and W >= 1 window pairs, got {S}, {W}")
+    h = math.log1p(float(target_halfwidth_pct) / 100.0)
+    t = _t_quantile(S - 1, 0.5 + level / 2)
+    limit = (S - 1) * h * h * S / (t * t)  # chi2 draws below limit * 1/sigma2_unit reach the target
+
+    def chance(s2_start, s2_pair):
+        unit = np.asarray(s2_start) + np.asarray(s2_pair) / W
+        with np.errstate(divide="ignore"):
+            return np.where(unit > 0, sc.chdtr(S - 1, limit / np.maximum(unit, 1e-300)), 1.0)
+
+    s2s = float(components.get("sigma2_start") or 0.0)
+    s2p = float(components.get("sigma2_pair") or 0.0) + float(components.get("sigma2_within") or 0.0)
+    out = {"known_variances": float(chance(s2s, s2p)), "with_pilot_uncertainty": None, "pilot_df": None,
+           "method": "chi-square on the planned run's S-1 df; pilot mean squares redrawn from their chi-square"}
+    ms, df, co = components.get("mean_squares"), components.get("df"), components.get("coefficients")
+    if ms and df and co and "n0" in co and "pair" in ms:
+        rng = np.random.default_rng(seed)
+        ms_a = ms["start"] * rng.chisquare(df["start"], draws) / df["start"]
+        ms_w = ms["pair"] * rng.chisquare(df["pair"], draws) / df["pair"]
+        out["with_pilot_uncertainty"] = float(np.mean(chance(np.maximum(0.0, (ms_a - ms_w) / co["n0"]), ms_w)))
+        out["pilot_df"] = {"start": int(df["start"]), "pair": int(df["pair"])}
+    return out

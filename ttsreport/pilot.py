@@ -7,7 +7,9 @@ variance_components: between starts, between pairs inside a start, and within a 
 requests, see blocks.within_variances); inference.plan_nested then finds the cheapest (S, W). Costs come from the
 pilot itself: a start costs its start.json ready_s (+ stop_s), a window pair the two windows' load time (block
 timing load_s, else total_s, else ended - started). The plan must hold at every level, so the level that needs the
-most is the one that decides.
+most is the one that decides. plan.json also says how likely the plan is to reach the target (inference.
+plan_chance): a plan sized for t * sigma reaches it about half the time even with the true variances, and a small
+pilot leaves the variances themselves open.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: 
         raise ValueError(f"{run_dir}: no valid A/B window pair to plan from")
     cost = costs(run, summaries, pairs)
     per_level: dict = {}
+    levels_comp: dict = {}
     for lv in levels:
         v = rd.values(pairs, lv, primary)
         d, starts, within = [], [], []
@@ -89,7 +92,10 @@ def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: 
         except ValueError as e:
             raise ValueError(f"c={lv}: {e} (a pilot needs a nested design: at least 2 starts and a start with 2 "
                              f"window pairs; this run's design is {design})") from None
+        levels_comp[lv] = comp
         p = inf.plan_nested(comp, cost["start_s"], cost["window_pair_s"], target_halfwidth_pct, confidence)
+        if p["feasible"]:
+            p["chance"] = inf.plan_chance(comp, p["starts"], p["windows_per_start"], target_halfwidth_pct, confidence)
         per_level[lv] = {"components": {k: comp[k] for k in ("sigma2_start", "sigma2_pair", "sigma2_within",
                                                              "truncated", "n", "n_starts")}, **p}
     infeasible = [lv for lv, p in per_level.items() if not p["feasible"]]
@@ -98,12 +104,23 @@ def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: 
                          f"{per_level[infeasible[0]].get('reason')}")
     lv = max(per_level, key=lambda k: (per_level[k]["cost_s"], int(k)))
     p = per_level[lv]
+    # the chosen (S, W) at every level: its chance there; the plan's chance is the lowest over the levels
+    chance = {k: inf.plan_chance(levels_comp[k], p["starts"], p["windows_per_start"], target_halfwidth_pct,
+                                 confidence) for k in per_level}
     return {"schema": rec.PLAN_SCHEMA, "starts": p["starts"], "windows_per_start": p["windows_per_start"],
             "cost_s": p["cost_s"], "halfwidth_pct": p["halfwidth_pct"], "formula": p["formula"],
             "components": p["components"], "costs": {"start_s": cost["start_s"], "window_pair_s": cost["window_pair_s"]},
             "target_halfwidth_pct": target_halfwidth_pct, "confidence": confidence, "metric": primary,
             "deciding_level": lv, "pilot": man.get("run_id", Path(run_dir).name), "pilot_design": design,
             "costs_from": cost["from"], "levels": per_level,
+            "chance_of_target": {
+                "known_variances": min(c["known_variances"] for c in chance.values()),
+                "with_pilot_uncertainty": min((c["with_pilot_uncertainty"] for c in chance.values()
+                                               if c["with_pilot_uncertainty"] is not None), default=None),
+                "per_level": chance, "pilot_df": p["chance"]["pilot_df"],
+                "meaning": "the chance that the planned run's own interval reaches the target half-width at every "
+                           "level (the lowest over the levels): with the pilot's variances taken as true, and "
+                           "averaged over what a pilot this size leaves open about them"},
             "rule": "the cheapest (S starts, W window pairs per start) whose t interval on ln(B/A) reaches the target "
                     "at every level (inference.plan_nested); the level needing the most decides"}
 
@@ -115,6 +132,13 @@ def write_plan(run_dir: str | Path, obj: dict) -> Path:
 
 
 def one_line(obj: dict) -> str:
+    ch = obj.get("chance_of_target") or {}
+    odds = ""
+    if ch.get("known_variances") is not None:
+        odds = f"; chance of reaching it {100 * ch['known_variances']:.0f} % at the pilot's variances"
+        if ch.get("with_pilot_uncertainty") is not None:
+            odds += (f", {100 * ch['with_pilot_uncertainty']:.0f} % given the pilot's own uncertainty (start "
+                     f"variance from {ch['pilot_df']['start']} df)")
     return (f"plan: S={obj['starts']} starts x W={obj['windows_per_start']} window pairs per start, about "
             f"{obj['cost_s'] / 60:.1f} min, half-width {obj['halfwidth_pct']:.2f} % at c={obj['deciding_level']} "
-            f"(target {obj['target_halfwidth_pct']:g} %); {obj['formula']}")
+            f"(target {obj['target_halfwidth_pct']:g} %){odds}; {obj['formula']}")
