@@ -101,6 +101,9 @@ def test_no_spread_is_a_set_up_check_never_a_claim():
     dec = inf.decide_levels({"8": same, "64": const}, 0.05)
     assert dec["kind"] == "no_spread" and not dec["decided"] and "check the set-up" in dec["text"]
     assert all(row["ci_decision"] is None for row in dec["levels"].values())
+    mixed = inf.decide_levels({"8": const, "64": real}, 0.05)  # one level flat, one real: the set-up comes first
+    assert mixed["kind"] == "no_spread" and mixed["text"] == ("no spread at c=8: check the set-up; elsewhere faster at "
+                                                              "1 of 2 levels (64)")
 
 
 def test_a_failed_round_is_a_finding_and_no_speed_claim():

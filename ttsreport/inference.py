@@ -393,18 +393,23 @@ def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | N
 
     A failed level is the headline's first finding ("B failed at c=8 in 1 of 3 rounds", from `failures`: level ->
     compare_rounds' `failed`), and the headline kind is then "failed": no level's speed claim outranks an arm that
-    produced nothing. `scope` qualifies every claim word ("faster in this server start")."""
+    produced nothing. A level without spread comes next ("no spread at c=8: check the set-up"): identical
+    measurements say the set-up is wrong. `scope` qualifies every claim word ("faster in this server start")."""
     by: dict[str, list[str]] = {k: [] for k in KINDS}
     for lvl, k in kinds.items():
         by[k].append(str(lvl))
     total = len(kinds)
     w = {k: verdict_word(k, scope) for k in KINDS}
     parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)})" for k, v in by.items()
-             if v and k != "failed"]
+             if v and k not in ("failed", "no_spread")]
+    flat = f"no spread at c={', '.join(by['no_spread'])}: check the set-up" if by["no_spread"] else ""
     if by["failed"]:
         found = "; ".join(failure_words((failures or {}).get(lv) or {"by_arm": {"an arm": 1}, "of": 1}, f"at c={lv}")
                           for lv in by["failed"])
-        return "failed", f"{found}: no speed claim there" + (f"; elsewhere {'; '.join(parts)}" if parts else "")
+        rest = "; ".join(x for x in (flat, *parts) if x)
+        return "failed", f"{found}: no speed claim there" + (f"; elsewhere {rest}" if rest else "")
+    if flat:
+        return "no_spread", flat + (f"; elsewhere {'; '.join(parts)}" if parts else "")
     if total and len(by["faster"]) == total:
         return "faster", f"B {w['faster']} at every level ({', '.join(by['faster'])})"
     if total and len(by["slower"]) == total:
@@ -417,8 +422,6 @@ def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | N
         return "faster", "B " + "; ".join(parts)
     if by["slower"]:
         return "slower", "B " + "; ".join(parts)
-    if total and len(by["no_spread"]) == total:
-        return "no_spread", f"no spread at every level ({', '.join(by['no_spread'])}): check the set-up"
     return "inconclusive", "; ".join(parts) if parts else "no levels"
 
 
