@@ -166,6 +166,8 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
                                                                              for lv, r in out["levels"].items()})
     out["word"] = inf.verdict_word(out["kind"], scope) if out["kind"] in inf.KINDS else out["kind"]
     out["decided"] = all(k in inf.CLAIMS for k in kinds.values())
+    if look["decided"] and not out["decided"]:
+        out["reason"] = "the sequential rule decided every level, but an arm failed or showed no spread at one"
     return out
 
 
