@@ -480,3 +480,16 @@ def test_a_zero_spread_run_says_check_the_set_up(tmp_path):
     summary, comp = summarize(run)
     assert comp["headline"]["kind"] == "no_spread" and "check the set-up" in comp["headline"]["text"]
     assert all(r["kind"] == "no_spread" for r in comp["headline"]["levels"].values())
+
+
+def test_a_sequential_run_with_a_failed_arm_claims_nothing_there(tmp_path):
+    """Every c=8 request of B failed in round 0 of a sequential run: the sequential rule alone would see only the
+    other rounds; the headline names the failure and c=8 gets no speed claim and no deciding interval."""
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, manifest=SEQ,
+                   failures=lambda i, arm: {8: 10_000} if (i == 0 and arm == "B") else {})
+    _, comp = summarize(run)
+    head = comp["headline"]
+    assert head["rule"] == "sequential" and head["kind"] == "failed" and not head["decided"]
+    assert head["text"].startswith("B failed at c=8 in 1 of 6 rounds: no speed claim there")
+    assert head["levels"]["8"]["kind"] == "failed" and head["levels"]["8"]["ci_decision"] is None
+    assert head["levels"]["2"]["kind"] == "faster" and head["levels"]["2"]["ci_decision"][0] > 1.0
