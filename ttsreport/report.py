@@ -168,7 +168,8 @@ def cards(comparison: dict) -> list[dict]:
         error = (f"error rate: {er.get('kind', DASH)}" + (f", B − A {er['diff_pp']:+.2f} pp [{ci_er[0]:+.2f}, "
                                                             f"{ci_er[1]:+.2f}]" if ci_er else "")
                  + (f" (no claim: {er['no_claim_reason']})" if er.get("no_claim_reason") else ""))
-        out.append({"level": lv, "kind": kind, "word": row.get("word") or kind, "ratio": row.get("ratio"), "ci": ci,
+        out.append({"level": lv, "kind": kind, "word": row.get("word") or kind,
+                    "ratio": None if kind == "failed" else row.get("ratio"), "ci": ci,
                     "ci_what": ci_what, "words": _words(gain) if kind not in ("failed", "no_spread") else DASH,
                     "note": note, "n": row.get("n"), "unit": res.get("unit"), "error": error,
                     "error_kind": er.get("kind")})
@@ -189,7 +190,7 @@ def _metric_row(summary, lv, m, res, headline_row=None, sequential=False) -> lis
     return [(f"c={lv}", "lv") if headline_row is not None else "", (meta["label"], "pm" if headline_row else ""),
             role, _value(arms[0]["mean"] if arms[0] else None, meta["unit"]),
             _value(arms[1]["mean"] if arms[1] else None, meta["unit"]), _r(res.get("ratio")), _ci(ci),
-            _words(res.get("gain")) if res.get("ratio") else DASH, decision,
+            _words(res.get("gain")) if res.get("ratio") and kind not in ("failed", "no_spread") else DASH, decision,
             f"{res.get('n')} {res.get('unit')}(s)"]
 
 
