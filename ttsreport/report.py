@@ -242,6 +242,7 @@ def skipped_units(comparison: dict) -> list[str]:
         if er.get("n_skipped"):
             seen.append(f"error rate: {er['n_skipped']} round(s) skipped (no request in one arm)")
         out += [f"c={lv}: {n}" for n in seen]
+    out += [f"sequential rule: {n}" for n in (comparison.get("headline") or {}).get("notes") or []]
     return out
 
 
