@@ -18,8 +18,16 @@ from scipy import stats as sps
 
 from loadtest import records as rec
 from ttsreport import __main__ as cli
-from ttsreport.analysis import Options, summarize
+from ttsreport import report
+from ttsreport.analysis import Options, summarize, write_statistics
 from ttsreport.blocks import block_summary, load_run
+
+
+def report_md(run) -> str:
+    """summary.md as `python -m ttsreport <run>` writes it, from the JSON it writes, without drawing index.html's
+    figures (most of the command's time; the page is tested in test_report_html.py)."""
+    write_statistics(run)
+    return report.markdown(*report.load(run))
 
 
 def test_fresh_known_effect_reads_the_same_for_every_metric(tmp_path):
@@ -81,8 +89,7 @@ def test_aa_bias_is_flagged_loudly_and_never_moves_a_threshold(tmp_path):
     assert comp["per_level"]["8"]["metrics"]["throughput_rps"]["ci"] == ref["per_level"]["8"]["metrics"][
         "throughput_rps"]["ci"]
     assert comp["headline"]["kind"] == ref["headline"]["kind"] == "faster"
-    assert cli.main([str(run)]) == 0
-    assert "A/A BIAS" in (run / "summary.md").read_text()
+    assert "A/A BIAS" in report_md(run)
 
 
 def test_failures_are_data_with_a_second_analysis(tmp_path):
@@ -244,8 +251,7 @@ def test_telemetry_averaged_over_the_measure_windows(tmp_path, source):
         assert row["cpu_pct"] == pytest.approx(120, abs=3) and row["rss_mib"] == 512.0
         assert row["gpu_util_pct"] is None
         assert t["A"]["2"]["cpu_pct"] == pytest.approx(90, abs=3)
-        assert cli.main([str(run)]) == 0  # no GPU: the GPU columns say so, the process columns show the path runs
-        md = (run / "summary.md").read_text()
+        md = report_md(run)  # no GPU: the GPU columns say so, the process columns show the path runs
         assert "| c=8 | A | not available | not available | not available | not available | 12" in md
     none = sr.fresh(tmp_path / "n", rounds=2, telemetry=None)
     assert not summarize(none)[0]["telemetry"]["available"]
@@ -305,8 +311,7 @@ def test_confounded_release_comparison_and_arm_info(tmp_path):
     assert summary["experiment"]["confounded"].startswith("0.16.0 vs 0.30.0")
     assert summary["arms_info"]["B"]["plugin"].startswith("none") and summary["arms_info"]["A"]["image"] == "img:0.16.0"
     assert summary["arms_info"]["A"]["evidence_result"] == {"checked": 2, "ok": 2, "failures": []}
-    assert cli.main([str(run)]) == 0
-    md = (run / "summary.md").read_text()
+    md = report_md(run)
     assert "RELEASE VS RELEASE" in md and "img:0.30.0" in md and "none: no _LocalPredictorKVCache" in md
 
 
@@ -329,13 +334,13 @@ def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
     assert line["kind"] == "faster" and set(line["levels"]) == {"2", "8"}
     assert line["levels"]["8"]["ci"][0] > 1.0 and line["metric"] == "throughput_rps"
     # the report of a sequential run: its headline from the sequential rule, the looks in a table
-    assert cli.main([str(run)]) == 0
+    md = report_md(run)
     comp = json.loads((run / "comparison.json").read_text())
     assert comp["headline"]["rule"] == "sequential" and comp["headline_fixed"]["rule"] == "fixed"
     seq_ci, fixed_ci = comp["headline"]["levels"]["8"]["ci"], comp["headline_fixed"]["levels"]["8"]["ci"]
     assert seq_ci[0] < fixed_ci[0] and seq_ci[1] > fixed_ci[1]  # repeated intervals are wider
     summary = json.loads((run / "summary.json").read_text())
-    assert len(summary["looks"]) == 2 and "Sequential looks" in (run / "summary.md").read_text()
+    assert len(summary["looks"]) == 2 and "Sequential looks" in md
 
 
 def test_look_waits_for_min_rounds_and_refuses_a_fixed_run(tmp_path, capsys):
