@@ -111,9 +111,10 @@ def test_failures_are_data_with_a_second_analysis(tmp_path):
 
 
 def _nested_designed(tmp_path, name, *, S=6, W=4, s2_start=0.02 ** 2, s2_pair=0.01 ** 2, mean=0.05, noise=0.0,
-                     carry_over=0.0, seed=3):
+                     carry_over=0.0, seed=3, latency=0.2):
     """Start effects with sample variance s2_start + s2_pair/W and pair effects with sample variance s2_pair inside
-    every start (mean 0 there, in a seeded order): the method of moments recovers s2_start and s2_pair exactly."""
+    every start (mean 0 there, in a seeded order): the method of moments recovers s2_start and s2_pair exactly.
+    With no per-request noise that holds at any latency (arm A's, s); a long one writes fewer requests."""
     u = sr.designed_effects(S, s2_start + s2_pair / W)
     rng = random.Random(seed)
     e = {}
@@ -121,13 +122,13 @@ def _nested_designed(tmp_path, name, *, S=6, W=4, s2_start=0.02 ** 2, s2_pair=0.
         e[s] = sr.designed_effects(W, s2_pair) if s2_pair else [0.0] * W
         rng.shuffle(e[s])
     return sr.nested(tmp_path / name, starts=S, pairs=W, d=lambda s, p: mean + u[s] + e[s][p], noise=noise,
-                     carry_over=carry_over, seed=seed), u
+                     carry_over=carry_over, seed=seed, latency=latency), u
 
 
 def test_nested_known_components_and_the_start_as_the_unit(tmp_path):
     """Known answer, exact: no per-request noise, so every window's throughput is c / latency and the components are
     the designed ones to rounding; the interval is the t interval over the 6 start means (5 df)."""
-    run, u = _nested_designed(tmp_path, "n")
+    run, u = _nested_designed(tmp_path, "n", latency=0.8)
     _, comp = summarize(run)
     res = comp["per_level"]["4"]["metrics"]["throughput_rps"]
     assert res["unit"] == "start" and res["n"] == 6 and res["df"] == 5 and res["n_rounds"] == 24
@@ -158,12 +159,12 @@ def test_nested_within_window_variance_from_the_requests(tmp_path):
 
 
 def test_order_effect_shows_carry_over(tmp_path):
-    run, _ = _nested_designed(tmp_path, "n", s2_pair=0.0, carry_over=0.03)
+    run, _ = _nested_designed(tmp_path, "n", s2_pair=0.0, carry_over=0.03, latency=0.8)
     _, comp = summarize(run)
     oe = comp["per_level"]["4"]["design"]["order_effect"]
     assert oe["n_ab"] == 12 and oe["n_ba"] == 12
     assert oe["ratio"] == pytest.approx(math.exp(0.03), rel=0.01) and oe["warn"]
-    _, ref = summarize(_nested_designed(tmp_path, "m", s2_pair=0.0)[0])
+    _, ref = summarize(_nested_designed(tmp_path, "m", s2_pair=0.0, latency=0.8)[0])
     assert not ref["per_level"]["4"]["design"]["order_effect"]["warn"]
 
 
