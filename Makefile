@@ -39,7 +39,7 @@ help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
 	@echo "               start (swap design): its verdicts read 'faster in this server start', a claim about that start"
 	@echo "make test      all tests (creates .venv)"
-	@echo "make test-fast the unit tier: no processes, no servers (3-4 minutes on a 2-core box)"
+	@echo "make test-fast the unit tier: no processes, no servers (about 1 minute of CPU on a 2-core box)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
 	@echo "make preflight [BACKEND=vllm|sim] [VARIANT=v[,v]] [EXPERIMENT=file] [PREPARE=1] [DRY_RUN=1]  first on a new host"

@@ -188,14 +188,15 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
             if telemetry:
                 tel += _telemetry(t, edges["drain"][1], telemetry, rng, lv / max(levels))
             t = edges["drain"][1] + 0.5
-        outcomes = rec.request_outcomes([r.to_dict() for r in reqs])
+        req_rows = [r.to_dict() for r in reqs]
+        outcomes = rec.request_outcomes(req_rows)
         block = rec.BlockRecord(block_id, w.round, w.kind, w.arm, w.variant, start=w.start, position=w.position,
                                 levels=lv_order, epoch=10 * i, attempt=0, status=w.status, reason=w.reason,
                                 started="2026-01-01T00:00:00Z", ended="2026-01-01T00:01:00Z",
                                 server_url="http://127.0.0.1:1", timing={"load_s": t - w_start},
                                 requests=outcomes)
         rec.write_json(d / "block.json", block.to_dict())
-        for name, rows in (("requests.jsonl", [r.to_dict() for r in reqs]), ("counters.jsonl", ctrs),
+        for name, rows in (("requests.jsonl", req_rows), ("counters.jsonl", ctrs),
                            ("telemetry.jsonl", tel)):
             if rows:
                 with rec.JsonlWriter(d / name) as f:

@@ -15,7 +15,7 @@ from tts_predictor.domain import MODEL_NAME
 from ttssim.config import AudioConfig
 from ttssim.server import FIELDS, RESPONSE_FORMATS, TASK_TYPES, ApiError, validate_body
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MODEL = MODEL_NAME
 AUDIO = AudioConfig()
 

@@ -1,7 +1,8 @@
 """tools/designs_bench.py on synthetic run folders whose variance components and costs are known (unit tier).
 
 Per-request noise is 0, so a window's throughput is c / latency exactly and every pair's ln(B/A) is the designed
-one: the spreads, the nested components and the costs the tool measures are known in closed form.
+one: the spreads, the nested components and the costs the tool measures are known in closed form, whatever the level.
+The three one-level runs are written once per module and only read by the tests.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import synthetic_runs as sr
 
 from tools import calibrate as cal
 from tools import designs_bench as db
 
-LEVEL = 16
+LEVEL = 4  # any level: throughput is c / latency exactly (a small one writes fewer requests)
 EFFECT = math.log(0.99)
 V_FRESH, V_SWAP, V_START, V_PAIR = 4e-4, 1e-4, 1e-4, 3e-5
 
@@ -58,13 +60,20 @@ def nested_run(path, starts=4, pairs=3, levels=(LEVEL,), v_start=V_START):
                         manifest={"design": {"name": "nested", "window_pairs": pairs, "starts": starts}})
 
 
-def pools(tmp_path):
-    return [cal.pool_record(f(tmp_path / name)) for name, f in
-            (("fresh", fresh_run), ("swap", swap_run), ("nested", nested_run))]
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The fresh, swap and nested runs (read only by the tests)."""
+    root = tmp_path_factory.mktemp("designs")
+    return {name: f(root / name) for name, f in (("fresh", fresh_run), ("swap", swap_run), ("nested", nested_run))}
 
 
-def test_measured_spreads_components_and_costs_are_the_designed_ones(tmp_path):
-    meas = db.measure(pools(tmp_path), str(LEVEL))
+@pytest.fixture(scope="module")
+def pools(runs):
+    return [cal.pool_record(run) for run in runs.values()]
+
+
+def test_measured_spreads_components_and_costs_are_the_designed_ones(pools):
+    meas = db.measure(pools, str(LEVEL))
     d = meas["designs"]
     assert math.isclose(d["fresh"]["var_pair"], V_FRESH, rel_tol=1e-6)
     assert math.isclose(d["swap"]["var_pair"], V_SWAP, rel_tol=1e-6)
@@ -90,17 +99,18 @@ def test_measured_spreads_components_and_costs_are_the_designed_ones(tmp_path):
     assert nested["starts"] * (14 + nested["windows_per_start"] * 20) == nested["cost_s"]
 
 
-def test_the_one_level_run_of_a_design_is_measured_and_the_other_cross_checks(tmp_path):
-    two = cal.pool_record(nested_run(tmp_path / "two-levels", levels=(4, LEVEL), v_start=4 * V_START))
-    meas = db.measure([two, *pools(tmp_path)], str(LEVEL))
+def test_the_one_level_run_of_a_design_is_measured_and_the_other_cross_checks(tmp_path, pools):
+    two = cal.pool_record(nested_run(tmp_path / "two-levels", levels=(2, LEVEL), v_start=4 * V_START))
+    meas = db.measure([two, *pools], str(LEVEL))
     assert meas["pools"]["nested"] == "nested"
     comp = meas["designs"]["nested"]["components"]
     assert math.isclose(comp["sigma2_start"], V_START - V_PAIR / 3, rel_tol=1e-6)
     cross = meas["cross"]["two-levels"]
     assert math.isclose(cross["sigma2_start_raw"], 4 * V_START - V_PAIR / 3, rel_tol=1e-6)
-    assert cross["levels"] == ["4", str(LEVEL)]
+    assert cross["levels"] == ["2", str(LEVEL)]
 
 
+@pytest.mark.slow  # a Monte Carlo rate check (4 x 400 simulated experiments)
 def test_swap_interval_misses_start_variance_and_nested_holds_it():
     rng = np.random.default_rng(7)
     swap = {"design": "swap", "pairs": 12, "var_pair": 1e-5, "sigma2_start": 1e-4, "feasible": True}
@@ -118,9 +128,8 @@ def test_swap_interval_misses_start_variance_and_nested_holds_it():
     assert eff["slower"] == n and eff["faster"] == 0
 
 
-def test_command_line_from_runs_and_from_raw_form(tmp_path, capsys):
-    runs = [str(f(tmp_path / name)) for name, f in
-            (("fresh", fresh_run), ("swap", swap_run), ("nested", nested_run))]
+def test_command_line_from_runs_and_from_raw_form(tmp_path, capsys, runs):
+    runs = [str(r) for r in runs.values()]
     raw, out1, out2 = tmp_path / "designs.json", tmp_path / "a.md", tmp_path / "b.md"
     args = ["--level", str(LEVEL), "--trials", "40", "--check-units", "fresh=3,swap=3,nested=2"]
     assert db.main(["--pools", *runs, "--json", str(raw), "--out", str(out1), *args]) == 0
@@ -134,11 +143,10 @@ def test_command_line_from_runs_and_from_raw_form(tmp_path, capsys):
         assert needle in text
 
 
-def test_bad_input_is_one_line(tmp_path, capsys):
-    run = str(fresh_run(tmp_path / "fresh"))
+def test_bad_input_is_one_line(capsys, runs):
+    run = str(runs["fresh"])
     assert db.main(["--pools", run, "--level", str(LEVEL)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run of design swap, nested" in err[0]
-    runs = [str(f(tmp_path / name)) for name, f in (("swap", swap_run), ("nested", nested_run))]
-    assert db.main(["--pools", run, *runs, "--level", "99"]) == 2
+    assert db.main(["--pools", run, str(runs["swap"]), str(runs["nested"]), "--level", "99"]) == 2
     assert "no level c=99" in capsys.readouterr().err

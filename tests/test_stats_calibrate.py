@@ -1,7 +1,8 @@
 """tools/calibrate.py on synthetic run folders with known answers (unit tier: no process, no server).
 
 Per-request noise is 0 in most pools here, so each window's throughput is c / latency exactly and every per-round log
-ratio is the one designed: the experiments' outcomes are known before the rule runs.
+ratio is the one designed: the experiments' outcomes are known before the rule runs. The pools whose tests only read
+them are written once per module.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import synthetic_runs as sr
 
 from tools import calibrate
 
 LEVELS = (4, 16)
+LATENCY_S = 0.8  # arm A's request latency: any value gives the same known answers; a long one writes fewer requests
 
 
 def nested_pool(path, *, starts=6, pairs=2, aa_per_start=1, d_ab=None, aa_bias=0.0, noise=0.0, seed=3):
@@ -27,12 +30,18 @@ def nested_pool(path, *, starts=6, pairs=2, aa_per_start=1, d_ab=None, aa_bias=0
             d = aa_bias if kind == "aa" else d_ab(s, i - aa_per_start)
             arms = ("A", "B") if (s + i) % 2 == 0 else ("B", "A")
             for pos, arm in enumerate(arms):
-                lat = 0.2 * (math.exp(-d) if arm == "B" else 1.0)
+                lat = LATENCY_S * (math.exp(-d) if arm == "B" else 1.0)
                 variant = "fixed"
                 wins.append(sr.Window(rnd, kind, arm, variant, s, pos, {c: lat for c in LEVELS}))
             rnd += 1
     return sr.write_run(path, wins, levels=LEVELS, design="nested", noise=noise, seed=seed,
                         manifest={"settings": {"b_sim_set": ["model.extra_step_pct=5"]}})
+
+
+@pytest.fixture(scope="module")
+def noisy_pool(tmp_path_factory):
+    """The default pool with 3 % per-request noise (read only by the tests)."""
+    return nested_pool(tmp_path_factory.mktemp("calibrate") / "pool", noise=0.03)
 
 
 def test_experiments_are_disjoint_and_take_whole_starts(tmp_path):
@@ -82,8 +91,8 @@ def test_a_biased_aa_pair_is_claimed(tmp_path):
     assert c["aa_covers_16"][0] == 0
 
 
-def test_command_line_writes_raw_form_and_recomputes_from_it(tmp_path, capsys):
-    run = nested_pool(tmp_path / "pool", noise=0.03)
+def test_command_line_writes_raw_form_and_recomputes_from_it(tmp_path, capsys, noisy_pool):
+    run = noisy_pool
     raw, out1, out2 = tmp_path / "pool.json", tmp_path / "a.md", tmp_path / "b.md"
     assert calibrate.main(["--pools", str(run), "--json", str(raw), "--out", str(out1), "--command-note", "x"]) == 0
     assert calibrate.main(["--from-json", str(raw), "--out", str(out2), "--command-note", "x"]) == 0
@@ -98,8 +107,8 @@ def test_command_line_writes_raw_form_and_recomputes_from_it(tmp_path, capsys):
     assert raw.stat().st_size < 100_000
 
 
-def test_bad_input_is_one_line(tmp_path, capsys):
-    run = nested_pool(tmp_path / "pool")
+def test_bad_input_is_one_line(tmp_path, capsys, noisy_pool):
+    run = noisy_pool
     assert calibrate.main(["--pools", str(run), "--units", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "at least 2 units" in err[0]
@@ -159,7 +168,7 @@ def test_assumption_checks_find_bias_dependence_and_outliers():
     assert all(a["shapiro_p"] is None and a["sd"] == 0 for a in flat)
 
 
-def test_left_out_rounds_are_named_with_their_reason(tmp_path, capsys):
+def test_left_out_rounds_are_named_with_their_reason(tmp_path, capsys, noisy_pool):
     pool = _rounds_pool([0.0] * 4, [0.01] * 6)
     cut = calibrate.exclude_rounds(pool, "1-2, 7", "a test run shared the box")
     assert sorted({w["round"] for w in cut["windows"]}) == [0, 3, 4, 5, 6, 8, 9]
@@ -174,7 +183,7 @@ def test_left_out_rounds_are_named_with_their_reason(tmp_path, capsys):
             assert msg in str(e)
         else:
             raise AssertionError(spec)
-    run = nested_pool(tmp_path / "pool")
+    run = noisy_pool
     assert calibrate.main(["--pools", str(run), "--exclude-rounds", "2-x", "--exclude-why", "y"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--exclude-rounds" in err[0]

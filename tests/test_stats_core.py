@@ -30,6 +30,7 @@ def test_known_effect_detected(tmp_path):
         assert lat["text"].startswith("slower: B p50 latency ×1.0")
 
 
+@pytest.mark.slow  # a Monte Carlo rate check: 60 run folders written and analysed
 def test_aa_rarely_claims(tmp_path):
     """60 synthetic A/A experiments: a headline claim at most 7 times (P = 1.1 % at a true 5 % rate; the precise
     rate is tools/verdict_synthetic.py's, over 10,000 experiments)."""
