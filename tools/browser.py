@@ -72,8 +72,11 @@ class _CDP:
         raise TimeoutError(method)
 
 
-def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout: float = 60.0) -> dict:
-    """Load `page` in headless Chromium; return console problems and DOM facts, and write a full-page PNG."""
+def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout: float = 60.0,
+            evaluate: tuple[str, ...] = ()) -> dict:
+    """Load `page` in headless Chromium; return console problems and DOM facts, and write a full-page PNG.
+    `evaluate`: JavaScript expressions run in order after the load (e.g. a click, then a count); their JSON-able
+    values are returned as "evaluated", and the screenshot is taken after them."""
     chromium = find_chromium()
     if chromium is None:
         raise FileNotFoundError("chromium not found (scripts/system-deps.sh installs it)")
@@ -100,6 +103,8 @@ def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout
             cdp.wait_event("Page.loadEventFired", timeout)
             facts = json.loads(cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True},
                                         session=sid)["result"]["value"])
+            facts["evaluated"] = [cdp.call("Runtime.evaluate", {"expression": e, "returnByValue": True},
+                                           session=sid)["result"].get("value") for e in evaluate]
             cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": int(facts["height"]),
                                                             "deviceScaleFactor": 1, "mobile": False}, session=sid)
             shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=sid)

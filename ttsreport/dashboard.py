@@ -73,7 +73,7 @@ class Run:
     """One row of the dashboard: what a run folder's own files say about it."""
 
     folder: str  # relative to the reports root, with / separators
-    kind: str  # KINDS
+    kind: str  # KINDS, or "unknown" for a folder that holds no run file
     link: str | None = None  # relative link to its report (or its main file)
     date: str | None = None  # UTC, ISO 8601
     backend: str = NOT_RECORDED[0]  # filter key: sim | cpu | gpu | unknown
@@ -318,7 +318,7 @@ def _kind_of(folder: Path) -> str | None:
 def read_run(folder: Path, root: Path) -> Run:
     """One run folder as a dashboard row; a folder that cannot be read is a row that says why."""
     kind = _kind_of(folder)
-    guess = {"preflight": "preflight", "micro": "benchmark", "pages": "benchmark"}.get(kind, "A/B")
+    guess = {"preflight": "preflight", "micro": "benchmark", "pages": "benchmark", None: "unknown"}.get(kind, "A/B")
     try:
         if kind == "manifest":
             man = read_json_checked(folder / "manifest.json", rec.RUN_MANIFESTS) or {}
@@ -581,7 +581,7 @@ def html_page(d: Dashboard) -> str:
     bad = [r for r in runs if r.error]
     exps = sorted({(r.experiment_key, r.experiment) for r in runs if r.experiment_key}, key=lambda x: x[1] or "")
     backends = sorted({(r.backend, r.backend_words.split(" (")[0]) for r in runs})
-    kinds = [(k, k) for k in KINDS if any(r.kind == k for r in runs)]
+    kinds = [(k, k) for k in (*KINDS, "unknown") if any(r.kind == k for r in runs)]
     by_key = {r.experiment_key: r.backend for r in runs if r.experiment_key}
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<meta name='viewport' content='width=device-width,initial-scale=1'>",

@@ -1,0 +1,292 @@
+"""The report dashboard: its page model on a folder of complete, interrupted, running and unreadable runs; the change
+rule of the history; the runner's progress.json read back across the seam; the page in headless Chromium; and the
+live server on 127.0.0.1 while a real simulator run writes its files."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import ROOT
+
+from loadtest import ab, plan, records, runner
+from loadtest.scenario import load_scenario
+from loadtest.shape import Schedule
+from tools import browser
+from ttsreport import dashboard as dash
+
+needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
+EXAMPLE = ROOT / "reports" / "example"
+
+
+def _copy_example(dst: Path, **manifest) -> Path:
+    shutil.copytree(EXAMPLE, dst)
+    man = json.loads((dst / "manifest.json").read_text())
+    man.update(manifest)
+    records.write_json(dst / "manifest.json", man)
+    return dst
+
+
+def _set_block(run: Path, block_id: str, **fields) -> None:
+    path = run / "blocks" / block_id / "block.json"
+    records.write_json(path, {**json.loads(path.read_text()), **fields})
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A reports/ folder: the example run (complete), the same run stopped in its last window before its statistics
+    (interrupted), a later run of the same experiment whose c=64 interval moved and with an invalid window, and
+    three folders that cannot be read."""
+    root = tmp_path_factory.mktemp("reports")
+    _copy_example(root / "ab-done")
+    stopped = _copy_example(root / "ab-stopped", status="interrupted", started="2026-12-02T08:00:00Z",
+                            run_id="ab-stopped")
+    _set_block(stopped, "005-r2-ab-B", status="interrupted", reason="SIGINT/SIGTERM during the window")
+    for name in ("summary.json", "comparison.json", "summary.md", "index.html"):
+        (stopped / name).unlink()
+    later = _copy_example(root / "ab-later", started="2026-12-03T09:00:00Z", run_id="ab-later",
+                          git_revision="feedc0de" * 5)
+    _set_block(later, "002-r1-ab-A", status="invalid", reason="manipulation check failed: syncs 0 != expected 540")
+    comp = json.loads((later / "comparison.json").read_text())  # a second run's statistics: c=64 lower, c=8 the same
+    comp["headline"]["levels"]["64"].update(ratio=1.12, ci=[1.10, 1.15])
+    comp["headline"]["levels"]["8"].update(ratio=1.046, ci=[1.040, 1.050])
+    (later / "comparison.json").write_text(json.dumps(comp))
+    (root / "ab-broken").mkdir()
+    (root / "ab-broken" / "manifest.json").write_text("{not json")
+    (root / "ab-future").mkdir()
+    (root / "ab-future" / "manifest.json").write_text(json.dumps({"schema": "tts-ab/99"}))
+    (root / "stray").mkdir()
+    (root / "stray" / "notes.txt").write_text("not a run")
+    return root
+
+
+@pytest.fixture(scope="module")
+def board(folder) -> dash.Dashboard:
+    return dash.model(folder)
+
+
+def _run(board: dash.Dashboard, name: str) -> dash.Run:
+    (r,) = [r for r in board.runs if r.folder == name]
+    return r
+
+
+def test_every_folder_is_a_row_newest_first(board, folder):
+    assert sorted(r.folder for r in board.runs) == sorted(p.name for p in folder.iterdir() if p.is_dir())
+    dated = [r.date for r in board.runs if r.date]
+    assert dated == sorted(dated, reverse=True) and dated[0] == "2026-12-03T09:00:00Z"
+
+
+def test_a_complete_run_as_its_report_says(board, folder):
+    r = _run(board, "ab-done")
+    assert (r.kind, r.backend, r.backend_words, r.status) == ("A/B", "sim", "SIMULATED", "complete")
+    assert (r.design, r.unit, r.experiment) == ("swap", "round", "mission-016-original-vs-fixed")
+    assert r.arms == "A: original · B: fixed" and r.metric == "audio throughput" and not r.invalid
+    assert r.link == "ab-done/index.html" and (folder / r.link).is_file()
+    assert r.git.startswith("be403b2165") and r.server == "ttssim (tts-loadtest 0.1.0)"
+    # the README's numbers of the example run: x1.045 [1.042, 1.048] at c=8, x1.235 [1.219, 1.251] at c=64
+    got = {lv.level: (lv.kind, round(lv.ratio, 3), [round(x, 3) for x in lv.ci]) for lv in r.levels}
+    assert got == {"8": ("faster", 1.045, [1.042, 1.048]), "64": ("faster", 1.235, [1.219, 1.251])}
+
+
+def test_an_interrupted_run_without_statistics(board):
+    r = _run(board, "ab-stopped")
+    assert r.status == "interrupted" and r.levels == [] and r.link == "ab-stopped/"
+    assert any("no statistics yet (make report RUN=" in n for n in r.notes)
+    assert r.experiment_key == _run(board, "ab-done").experiment_key  # same arms and scenario: one experiment
+
+
+def test_invalid_windows_are_listed(board):
+    r = _run(board, "ab-later")
+    assert r.status == "complete"
+    assert r.invalid == ["002-r1-ab-A: manipulation check failed: syncs 0 != expected 540"]
+
+
+def test_unreadable_folders_are_listed_with_the_reason(board):
+    broken, future, stray = (_run(board, n) for n in ("ab-broken", "ab-future", "stray"))
+    assert broken.status == future.status == stray.status == "unreadable"
+    assert "not JSON" in broken.error and "manifest.json" in broken.error
+    assert "unknown schema 'tts-ab/99'" in future.error
+    assert "no manifest.json, preflight.json, results.json or report page" in stray.error
+
+
+def test_backend_words(tmp_path):
+    for name in ("vllm", "vllm-cpu", "sim"):
+        _copy_example(tmp_path / name, backend={"name": name, "version": "x"})
+    _copy_example(tmp_path / "odd", backend={"name": "tpu"})
+    got = {r.folder: (r.backend, r.backend_words) for r in dash.model(tmp_path).runs}
+    assert got["vllm"] == ("gpu", "real GPU") and got["vllm-cpu"] == ("cpu", "real server on CPU")
+    assert got["sim"] == ("sim", "SIMULATED") and got["odd"][0] == "unknown" and "tpu" in got["odd"][1]
+
+
+@pytest.mark.parametrize("a, b, moved", [
+    ([1.0, 1.1], [1.2, 1.3], True), ([1.2, 1.3], [1.0, 1.1], True),  # disjoint either way
+    ([1.0, 1.2], [1.1, 1.3], False), ([1.0, 1.2], [1.2, 1.3], False),  # overlapping, touching
+    ([1.0, 1.3], [1.1, 1.2], False), (None, [1.2, 1.3], False), ([1.0, 1.1], None, False)])
+def test_the_change_rule(a, b, moved):
+    assert dash.changed(a, b) is moved
+
+
+def test_history_marks_only_disjoint_intervals(board):
+    (h,) = board.histories
+    assert [x["folder"] for x in h.runs] == ["ab-done", "ab-later"] and h.levels == ["8", "64"]
+    c64, c8 = h.runs[1]["levels"]["64"], h.runs[1]["levels"]["8"]
+    assert c64["changed"] and c64["direction"] == "down" and not c8["changed"]
+    assert h.runs[1]["git"] == "feedc0de" * 5 and h.runs[0]["server"] == "ttssim (tts-loadtest 0.1.0)"
+
+
+def test_page_is_self_contained_and_a_pure_function_of_the_folders(folder, board):
+    page = dash.html_page(board)
+    assert page == dash.html_page(dash.model(folder))
+    assert not re.search(r"(src|href)=['\"]https?://", page) and "fetch(location.pathname" in page
+    assert "UNREADABLE RUN ab-broken" in page and "changed ↓" in page and page.count("<tr data-kind") == 6
+    out = dash.write(folder, folder / "dash.html")
+    assert out.read_text() == page
+
+
+def test_serving_refuses_any_address_but_loopback(folder, capsys):
+    assert dash.main([str(folder), "--serve", "--bind", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "127.0.0.1 only" in err
+    assert dash.main([str(folder / "nothing")]) == 2 and "is not a folder" in capsys.readouterr().err
+
+
+def test_the_committed_page_lists_every_run_folder_of_reports():
+    page = (ROOT / "reports" / "index.html").read_text()
+    for f in dash.run_folders(ROOT / "reports"):
+        assert f"<b>{f.relative_to(ROOT / 'reports').as_posix()}</b>" in page, f
+
+
+def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
+    """The seam: the runner's own write_progress (through show, as during a window's load), the dashboard's reader."""
+    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    a = ab.parse_args(["--out", str(tmp_path), "--name", "ab-live", "--sim-config", "configs/sim/fast.yaml",
+                       "--levels", "4,8", "--count-s", "1", "--rounds", "2", "--aa-rounds", "0", "--seed", "5"])
+    run, manifest = plan.new_run(a)
+    r = runner.Runner(run, manifest, progress=lambda line: None)
+    r.m["status"] = "running"
+    r._save()
+    w = r.m["plan"][0]
+    scen = plan.window_scenario(r.scenario, w["order"], tmp_path / "w.yaml", count=True)
+    r.schedule = Schedule(load_scenario(str(scen)), count=True)
+    r.show(0, w, 1.5, r.window_s)
+    live = _run(dash.model(tmp_path), "ab-live")
+    assert live.status == "running"
+    p = live.live["progress"]
+    expected = r.schedule.at(1.5)
+    assert (p["state"], p["window"], p["block_id"], p["rounds_done"], p["rounds_planned"]) == \
+        ("load", 1, w["block_id"], 0, 2)
+    assert (p["level"], p["phase"]) == (expected.concurrency, expected.phase) == (w["levels"][0], "warmup")
+    assert p["left_s"] > 0 and p["windows_planned"] == len(r.m["plan"])
+    page = dash.html_page(dash.model(tmp_path))
+    assert "Running: ab-live" in page and "rounds done 0/2" in page and f"c={w['levels'][0]} warmup" in page
+
+
+def test_a_progress_file_of_another_format_is_refused(tmp_path):
+    (tmp_path / records.PROGRESS_FILE).write_text(json.dumps({"schema": "tts-progress/0", "state": "load"}))
+    with pytest.raises(ValueError, match="unknown schema"):
+        records.read_progress(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------- slow
+
+
+COUNT_ROWS = "[...document.querySelectorAll('tr[data-kind]')].filter(r => r.style.display !== 'none').length"
+
+
+def _choose(select: str, value: str) -> str:
+    return (f"(() => {{ const e = document.getElementById('f-{select}'); e.value = '{value}'; "
+            f"e.dispatchEvent(new Event('change')); return {COUNT_ROWS}; }})()")
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_page_in_headless_chromium(folder, board, tmp_path):
+    page = dash.write(folder, folder / "index.html")
+    key = _run(board, "ab-done").experiment_key
+    res = browser.inspect(page, tmp_path / "dash.png", evaluate=(
+        COUNT_ROWS,
+        "[...document.querySelectorAll('tr[data-kind] td:nth-child(7) .st')].map(e => e.textContent).sort()",
+        "document.querySelector('tr[data-kind] td:nth-child(6)').innerText",
+        _choose("kind", "A/B"), _choose("backend", "sim"), _choose("exp", key),
+        "[...document.querySelectorAll('section.history')].filter(s => s.style.display !== 'none').length + ':' "
+        "+ location.hash",
+        _choose("exp", ""), _choose("backend", ""), _choose("kind", "")))
+    assert res["problems"] == []
+    assert any("UNREADABLE RUN ab-future" in b and "unknown schema" in b for b in res["banners"])
+    n, statuses, headline, ab_rows, sim_rows, exp_rows, hist, *_, back = res["evaluated"]
+    assert n == back == 6
+    assert statuses == ["complete", "complete", "interrupted", "unreadable", "unreadable", "unreadable"]
+    assert "c=8: faster ×1.046 [1.040, 1.050]" in headline and "c=64: faster ×1.120 [1.100, 1.150]" in headline
+    assert (ab_rows, sim_rows, exp_rows) == (5, 3, 3)  # unreadable A/B folders have no backend or experiment
+    assert hist == f"1:#exp={key}&backend=sim&kind=A%2FB"
+    assert res["svgs"] == 1 and all(w > 400 for w in res["svgSizes"])
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses a TCP socket listens on at `port`, from /proc/net/tcp{,6} (state 0A)."""
+    out = set()
+    for name in ("tcp", "tcp6"):
+        path = Path("/proc/net") / name
+        for line in path.read_text().splitlines()[1:] if path.exists() else []:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                out.add(addr)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
+    """The module serves on 127.0.0.1 only and its page follows a real hot-swap run of the simulator to its end."""
+    root = tmp_path / "reports"
+    root.mkdir()
+    server = subprocess.Popen([sys.executable, "-m", "ttsreport.dashboard", str(root), "--serve", "--port", "0"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ab_run = None
+    try:
+        line = server.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert url, line
+        assert _listening_addresses(int(url.group(1))) == {"0100007F"}  # 127.0.0.1, nothing else
+        assert "<tr data-kind" not in httpx.get(url.group(0), timeout=10).text
+        ab_run = subprocess.Popen(
+            [sys.executable, "-m", "loadtest.ab", "--a", "original", "--b", "fixed", "--design", "swap",
+             "--rounds", "1", "--aa-rounds", "0", "--seed", "3", "--out", str(root), "--name", "live",
+             "--sim-config", "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--warmup-s", "1",
+             "--measure-s", "2", "--drain-s", "0", "--last-drain-s", "1", "--settle-s", "1"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen: set[str] = set()
+        windows: set[str] = set()
+        while ab_run.poll() is None:
+            page = httpx.get(url.group(0), timeout=10).text
+            m = re.search(r"<p class='progress'>(.*?)</p>", page)
+            if "Running: live" in page and m:
+                text = re.sub(r"<[^>]+>", "", m.group(1))
+                assert "rounds done 0/1" in text, text
+                phase = re.search(r"phase (c=\d+ \w+|starting its server)", text)
+                seen.add(phase.group(1) if phase else text)
+                win = re.search(r"window (\d)/2", text)
+                if win:
+                    windows.add(win.group(1))
+            time.sleep(0.3)
+        out = ab_run.stdout.read()
+        assert ab_run.returncode == 0, out
+        assert {"c=4 count", "c=8 measure"} & seen and windows == {"1", "2"}, seen
+        final = httpx.get(url.group(0), timeout=10).text
+        assert "Running: live" not in final and "<b>live</b>" in final
+        assert "st-complete'>complete" in final and "live/index.html" in final
+        assert httpx.get(url.group(0) + "live/index.html", timeout=10).status_code == 200
+        assert records.read_progress(root / "live").state == "ended"
+    finally:
+        for p in (ab_run, server):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                p.wait(30)
