@@ -275,7 +275,8 @@ class Progress:
 
     state: "starting" (a window's server start or preparation), "load" (Locust runs the window), "look" (the
     sequential rule after a round), "ended" (the run stopped: `status` says how). level / phase: where the window's
-    schedule stands by its own clock since Locust was launched (Locust's start-up makes it lead by a second or so)."""
+    schedule stands by its own clock since Locust was launched (Locust's start-up makes it lead by a few seconds;
+    None once that schedule is over while Locust still stops)."""
 
     t: float  # epoch seconds of this update
     state: str  # PROGRESS_STATES

@@ -279,7 +279,8 @@ def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
             time.sleep(0.3)
         out = ab_run.stdout.read()
         assert ab_run.returncode == 0, out
-        assert {"c=4 count", "c=8 measure"} & seen and windows == {"1", "2"}, seen
+        assert windows == {"1", "2"} and "starting its server" in seen, seen
+        assert {"c=4 count", "c=8 count"} & seen and {"c=4 measure", "c=8 measure"} & seen, seen
         final = httpx.get(url.group(0), timeout=10).text
         assert "Running: live" not in final and "<b>live</b>" in final
         assert "st-complete'>complete" in final and "live/index.html" in final
@@ -290,3 +291,11 @@ def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
             if p is not None and p.poll() is None:
                 p.terminate()
                 p.wait(30)
+
+
+def test_the_progress_file_is_the_documented_one():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    fields = re.search(r"`progress.json` \(`\"(tts-progress/\d+)\"`, `Progress`: `([^`]+)`", doc)
+    assert fields and fields.group(1) == records.PROGRESS_SCHEMA
+    names = [re.sub(r"\s*\(.*", "", f).strip() for f in re.sub(r"\([^)]*\)", "", fields.group(2)).split(",")]
+    assert names == list(records.PROGRESS_FIELDS)

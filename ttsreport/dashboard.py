@@ -523,7 +523,8 @@ def _live_section(r: Run) -> str:
             f"{(p.get('kind') or '').upper()}, arm {p['arm']} = {p['label']})")
         phase = {"starting": "starting its server", "look": "sequential look after the round",
                  "ended": f"run ended ({p['status']})"}.get(p["state"]) or (
-            f"c={p['level']} {p['phase']}" if p.get("phase") else "load")
+            f"c={p['level']} {p['phase']}" if p.get("phase") else "finishing the window (Locust stops, the window is "
+                                                                  "judged)")
         clock = "" if p.get("elapsed_s") is None or p["state"] != "load" else \
             f" · {p['elapsed_s']:.0f}/{p['length_s']:.0f} s of the window"
         left = "" if p.get("left_s") is None else f" · about {p['left_s'] / 60:.1f} min left"
