@@ -116,6 +116,16 @@ def test_unreadable_folders_are_listed_with_the_reason(board):
     assert "no manifest.json, preflight.json, results.json or report page" in stray.error
 
 
+def test_a_locust_run_folder(tmp_path):
+    """A folder the locustfile wrote (a window of the version-1 fixture run: its tts-run manifest and requests)."""
+    shutil.copytree(ROOT / "tests" / "fixtures" / "v1-run" / "blocks" / "000-r0-aa-B", tmp_path / "locust-1")
+    (r,) = dash.model(tmp_path).runs
+    man = json.loads((tmp_path / "locust-1" / "manifest.json").read_text())
+    assert (r.kind, r.status, r.backend_words, r.arms) == ("Locust", "complete", "not recorded", man["variant"])
+    assert r.date.startswith("2026-11-30T") and r.link == "locust-1/" and r.levels == []
+    assert f"{man['requests_lines']} request records" in r.notes
+
+
 def test_backend_words(tmp_path):
     for name in ("vllm", "vllm-cpu", "sim"):
         _copy_example(tmp_path / name, backend={"name": name, "version": "x"})
@@ -229,6 +239,18 @@ def test_the_page_in_headless_chromium(folder, board, tmp_path):
     assert res["svgs"] == 1 and all(w > 400 for w in res["svgSizes"])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_preflight_folder(tmp_path):
+    """What `make preflight` writes on the simulator, as a dashboard row."""
+    p = subprocess.run([sys.executable, "-m", "loadtest.preflight", "--backend", "sim", "--variant", "original",
+                        "--out", str(tmp_path / "preflight-1")], cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    (r,) = dash.model(tmp_path).runs
+    assert (r.kind, r.backend_words, r.status, r.arms) == ("preflight", "SIMULATED", "complete", "original")
+    assert r.link == "preflight-1/preflight.json" and " pass" in r.notes[0] and r.date
+
+
 def _listening_addresses(port: int) -> set[str]:
     """The local addresses a TCP socket listens on at `port`, from /proc/net/tcp{,6} (state 0A)."""
     out = set()
@@ -245,7 +267,8 @@ def _listening_addresses(port: int) -> set[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
-    """The module serves on 127.0.0.1 only and its page follows a real hot-swap run of the simulator to its end."""
+    """The module serves on 127.0.0.1 only and its page follows a real sequential hot-swap run of the simulator (two
+    rounds, a look after each) to its end."""
     root = tmp_path / "reports"
     root.mkdir()
     server = subprocess.Popen([sys.executable, "-m", "ttsreport.dashboard", str(root), "--serve", "--port", "0"],
@@ -259,28 +282,32 @@ def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
         assert "<tr data-kind" not in httpx.get(url.group(0), timeout=10).text
         ab_run = subprocess.Popen(
             [sys.executable, "-m", "loadtest.ab", "--a", "original", "--b", "fixed", "--design", "swap",
-             "--rounds", "1", "--aa-rounds", "0", "--seed", "3", "--out", str(root), "--name", "live",
+             "--until-decided", "--max-rounds", "2", "--min-rounds", "2", "--aa-rounds", "0", "--seed", "3",
+             "--out", str(root), "--name", "live",
              "--sim-config", "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--warmup-s", "1",
              "--measure-s", "2", "--drain-s", "0", "--last-drain-s", "1", "--settle-s", "1"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen: set[str] = set()
         windows: set[str] = set()
+        rounds: set[str] = set()
+        looks: set[str] = set()
         while ab_run.poll() is None:
             page = httpx.get(url.group(0), timeout=10).text
             m = re.search(r"<p class='progress'>(.*?)</p>", page)
             if "Running: live" in page and m:
                 text = re.sub(r"<[^>]+>", "", m.group(1))
-                assert "rounds done 0/1" in text, text
-                phase = re.search(r"phase (c=\d+ \w+|starting its server)", text)
+                phase = re.search(r"phase (c=\d+ \w+|starting its server|sequential look after the round)", text)
                 seen.add(phase.group(1) if phase else text)
-                win = re.search(r"window (\d)/2", text)
-                if win:
-                    windows.add(win.group(1))
+                windows |= set(re.findall(r"window (\d)/4", text))
+                rounds |= set(re.findall(r"rounds done (\d/\d)", text))
+                looks |= set(re.findall(r"<li>(after \d round\(s\): (?:continue|STOP))", page))
             time.sleep(0.3)
         out = ab_run.stdout.read()
         assert ab_run.returncode == 0, out
-        assert windows == {"1", "2"} and "starting its server" in seen, seen
+        assert windows == {"1", "2", "3", "4"} and {"0/2", "1/2"} <= rounds <= {"0/2", "1/2", "2/2"}, rounds
+        assert {"starting its server", "sequential look after the round"} <= seen, seen
         assert {"c=4 count", "c=8 count"} & seen and {"c=4 measure", "c=8 measure"} & seen, seen
+        assert "after 1 round(s): continue" in looks, looks  # the first look, shown while the second round ran
         final = httpx.get(url.group(0), timeout=10).text
         assert "Running: live" not in final and "<b>live</b>" in final
         assert "st-complete'>complete" in final and "live/index.html" in final

@@ -443,12 +443,13 @@ SCRIPT = """
   function wire(){ keys.forEach(function(k){ var e = document.getElementById('f-' + k);
     if (e) e.addEventListener('change', function(){ apply(state()); }); }); }
   wire(); apply(fromHash()); ages();
+  var last = null;  // the page's main part as last fetched: swapped in only when it changed (open details stay open)
   if (location.protocol.indexOf('http') === 0) {
     setInterval(function(){
       fetch(location.pathname, {cache: 'no-store'}).then(function(r){ return r.text(); }).then(function(t){
         var s = state(); var doc = new DOMParser().parseFromString(t, 'text/html');
-        var m = doc.querySelector('main'); if (!m) return;
-        document.querySelector('main').innerHTML = m.innerHTML; wire(); apply(s); ages();
+        var m = doc.querySelector('main'); if (!m || m.innerHTML === last) return;
+        last = m.innerHTML; document.querySelector('main').innerHTML = last; wire(); apply(s); ages();
         document.body.setAttribute('data-refreshed', String(Date.now()));
       }).catch(function(){ var e = document.getElementById('shown');
         if (e) e.textContent += ' (the dashboard server stopped answering)'; });
