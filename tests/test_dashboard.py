@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -173,18 +174,25 @@ def test_the_committed_page_lists_every_run_folder_of_reports():
         assert f"<b>{f.relative_to(ROOT / 'reports').as_posix()}</b>" in page, f
 
 
-def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
-    """The seam: the runner's own write_progress (through show, as during a window's load), the dashboard's reader."""
+def _running(root: Path, monkeypatch) -> tuple[runner.Runner, dict]:
+    """A planned run under root whose runner is at its first window (status running), as the runner leaves it."""
     monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
-    a = ab.parse_args(["--out", str(tmp_path), "--name", "ab-live", "--sim-config", "configs/sim/fast.yaml",
+    a = ab.parse_args(["--out", str(root), "--name", "ab-live", "--sim-config", "configs/sim/fast.yaml",
                        "--levels", "4,8", "--count-s", "1", "--rounds", "2", "--aa-rounds", "0", "--seed", "5"])
     run, manifest = plan.new_run(a)
     r = runner.Runner(run, manifest, progress=lambda line: None)
     r.m["status"] = "running"
     r._save()
     w = r.m["plan"][0]
-    scen = plan.window_scenario(r.scenario, w["order"], tmp_path / "w.yaml", count=True)
+    scen = plan.window_scenario(r.scenario, w["order"], root.parent / f"{root.name}-w.yaml", count=True)
     r.schedule = Schedule(load_scenario(str(scen)), count=True)
+    return r, w
+
+
+def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
+    """The seam: the runner's own write_progress (through show, as during a window's load), the dashboard's reader;
+    a window the runner judged invalid shows at once."""
+    r, w = _running(tmp_path, monkeypatch)
     r.show(0, w, 1.5, r.window_s)
     live = _run(dash.model(tmp_path), "ab-live")
     assert live.status == "running"
@@ -196,6 +204,14 @@ def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
     assert p["left_s"] > 0 and p["windows_planned"] == len(r.m["plan"])
     page = dash.html_page(dash.model(tmp_path))
     assert "Running: ab-live" in page and "rounds done 0/2" in page and f"c={w['levels'][0]} warmup" in page
+    assert "Invalid windows so far" not in page
+    bdir = r.run / "blocks" / w["block_id"]
+    bdir.mkdir(parents=True)
+    records.write_json(bdir / "block.json", records.BlockRecord(
+        block_id=w["block_id"], round=0, kind="ab", arm=w["arm"], variant=w["variant"], status="invalid",
+        reason="all 12 measure-phase requests failed: http 503 (12)").to_dict())
+    page = dash.html_page(dash.model(tmp_path))
+    assert f"Invalid windows so far:</p><ul><li>{w['block_id']}: all 12 measure-phase requests failed" in page
 
 
 def test_a_progress_file_of_another_format_is_refused(tmp_path):
@@ -249,6 +265,37 @@ def test_a_preflight_folder(tmp_path):
     (r,) = dash.model(tmp_path).runs
     assert (r.kind, r.backend_words, r.status, r.arms) == ("preflight", "SIMULATED", "complete", "original")
     assert r.link == "preflight-1/preflight.json" and " pass" in r.notes[0] and r.date
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.timeout(240)
+def test_the_served_page_refreshes_itself_in_chromium(tmp_path, monkeypatch):
+    """In a browser the served page re-reads itself: progress the runner writes after the load shows without a
+    reload, and the filters chosen before stay chosen."""
+    root = tmp_path / "reports"
+    r, w = _running(root, monkeypatch)
+    r.write_progress("starting", 0, w)
+    _copy_example(root / "ab-done")
+    server = subprocess.Popen([sys.executable, "-m", "ttsreport.dashboard", str(root), "--serve", "--port", "0"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/", server.stdout.readline()).group(0)
+        later = threading.Timer(3.0, lambda: r.show(0, w, 1.5, r.window_s))
+        later.start()
+        wait = f"new Promise(ok => setTimeout(ok, {(dash.REFRESH_S + 4) * 1000}))"
+        res = browser.inspect(url, tmp_path / "live.png", evaluate=(
+            "document.querySelector('.progress').textContent", _choose("kind", "A/B"), wait,
+            "document.querySelector('.progress').textContent", COUNT_ROWS,
+            "document.getElementById('f-kind').value + ' ' + document.body.hasAttribute('data-refreshed')"))
+        later.join()
+        assert res["problems"] == []
+        before, rows, _, after, rows_after, state = res["evaluated"]
+        assert "phase starting its server" in before and f"phase c={w['levels'][0]} warmup" in after
+        assert rows == rows_after == 2 and state == "A/B true"
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def _listening_addresses(port: int) -> set[str]:

@@ -586,7 +586,7 @@ def html_page(d: Dashboard) -> str:
     kinds = [(k, k) for k in (*KINDS, "unknown") if any(r.kind == k for r in runs)]
     by_key = {r.experiment_key: r.backend for r in runs if r.experiment_key}
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-             "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+             "<meta name='viewport' content='width=device-width,initial-scale=1'><link rel='icon' href='data:,'>",
              f"<title>tts-loadtest dashboard — {len(runs)} runs</title><style>{CSS}</style></head><body><main>",
              "<h1>tts-loadtest: every run in one page</h1>",
              f"<div class='sub'>{len(runs)} run folder(s) under {_esc(Path(d.root).name)}/ · built from the run "
