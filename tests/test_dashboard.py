@@ -68,6 +68,17 @@ def folder(tmp_path_factory) -> Path:
     return root
 
 
+def test_a_folder_of_run_folders_lists_each_one(tmp_path):
+    """reports/micro/<UTC>/ stands for its runs, a folder beside them that holds none included."""
+    shutil.copytree(ROOT / "reports" / "micro", tmp_path / "micro")
+    (tmp_path / "micro" / "half-written").mkdir()
+    runs = {r.folder: r for r in dash.model(tmp_path).runs}
+    (stamp,) = [p.name for p in (ROOT / "reports" / "micro").iterdir()]
+    assert set(runs) == {f"micro/{stamp}", "micro/half-written"}
+    assert runs[f"micro/{stamp}"].kind == "benchmark" and runs[f"micro/{stamp}"].backend == "cpu"
+    assert runs["micro/half-written"].status == "unreadable"
+
+
 @pytest.fixture(scope="module")
 def board(folder) -> dash.Dashboard:
     return dash.model(folder)

@@ -344,14 +344,14 @@ def read_run(folder: Path, root: Path) -> Run:
 
 def run_folders(root: Path) -> list[Path]:
     """The run folders under root: each folder that holds a run's file; a folder that holds none but has run folders
-    inside (reports/micro/<UTC>/) stands for those; any other folder is listed too (as unreadable)."""
+    inside (reports/micro/<UTC>/) stands for every folder inside it; any other folder is listed too (as unreadable)."""
     out = []
     for p in sorted(root.iterdir()):
         if not p.is_dir() or p.name.startswith((".", "_")):
             continue
         if _kind_of(p) is None:
-            inner = [q for q in sorted(p.iterdir()) if q.is_dir() and _kind_of(q) is not None]
-            out += inner or [p]
+            inner = [q for q in sorted(p.iterdir()) if q.is_dir() and not q.name.startswith((".", "_"))]
+            out += inner if any(_kind_of(q) is not None for q in inner) else [p]
         else:
             out.append(p)
     return out
