@@ -282,31 +282,42 @@ def test_a_preflight_folder(tmp_path):
 @needs_chromium
 @pytest.mark.timeout(240)
 def test_the_served_page_refreshes_itself_in_chromium(tmp_path, monkeypatch):
-    """In a browser the served page re-reads itself: progress the runner writes after the load shows without a
-    reload, and the filters chosen before stay chosen."""
+    """In a browser the served page re-reads itself: the progress the runner keeps writing shows without a reload,
+    and the filter chosen before stays chosen."""
     root = tmp_path / "reports"
     r, w = _running(root, monkeypatch)
-    r.write_progress("starting", 0, w)
+    r.write_progress("load", 0, w, 1.0, r.window_s)
     _copy_example(root / "ab-done")
     server = subprocess.Popen([sys.executable, "-m", "ttsreport.dashboard", str(root), "--serve", "--port", "0"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+
+    def runner_writes():  # a window's load goes on: a new elapsed time every second, as the runner writes it
+        elapsed = 1.0
+        while not done.wait(1.0):
+            elapsed += 1.0
+            r.write_progress("load", 0, w, elapsed, r.window_s)
+
+    writer = threading.Thread(target=runner_writes)
+    writer.start()
     try:
         url = re.search(r"http://127\.0\.0\.1:\d+/", server.stdout.readline()).group(0)
-        later = threading.Timer(3.0, lambda: r.show(0, w, 1.5, r.window_s))
-        later.start()
-        wait = f"new Promise(ok => setTimeout(ok, {(dash.REFRESH_S + 4) * 1000}))"
+        wait = f"new Promise(ok => setTimeout(ok, {(dash.REFRESH_S + 3) * 1000}))"
+        progress = "document.querySelector('.progress').textContent"
         res = browser.inspect(url, tmp_path / "live.png", evaluate=(
-            "document.querySelector('.progress').textContent", _choose("kind", "A/B"), wait,
-            "document.querySelector('.progress').textContent", COUNT_ROWS,
+            progress, _choose("kind", "A/B"), wait, progress, COUNT_ROWS,
             "document.getElementById('f-kind').value + ' ' + document.body.hasAttribute('data-refreshed')"))
-        later.join()
-        assert res["problems"] == []
-        before, rows, _, after, rows_after, state = res["evaluated"]
-        assert "phase starting its server" in before and f"phase c={w['levels'][0]} warmup" in after
-        assert rows == rows_after == 2 and state == "A/B true"
     finally:
+        done.set()
+        writer.join()
         server.terminate()
         server.wait(30)
+    assert res["problems"] == []
+    before, rows, _, after, rows_after, state = res["evaluated"]
+    clock = re.compile(r"phase c=\d+ \w+ · (\d+)/\d+ s of the window")
+    assert clock.search(before) and clock.search(after), (before, after)
+    assert int(clock.search(after).group(1)) > int(clock.search(before).group(1)), (before, after)
+    assert rows == rows_after == 2 and state == "A/B true"
 
 
 def _listening_addresses(port: int) -> set[str]:

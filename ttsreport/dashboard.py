@@ -518,7 +518,10 @@ def _live_section(r: Run) -> str:
                      f"{lv.get('windows_planned')} planned.</p>")
     else:
         done = p["rounds_done"] / max(p["rounds_planned"], 1)
-        parts.append(f"<div class='bar'><div style='width:{100 * done:.0f}%'></div></div>")
+        if p.get("window") and p.get("length_s"):  # the windows run so far, this one by its clock
+            done = (p["window"] - 1 + min(1.0, (p.get("elapsed_s") or 0.0) / p["length_s"])) / p["windows_planned"]
+        parts.append(f"<div class='bar' title='windows run, of those planned'><div style='width:{100 * done:.0f}%'>"
+                     "</div></div>")
         where = rep.DASH if p.get("window") is None else (
             f"window {p['window']}/{p['windows_planned']} {p['block_id']} (round {p['round']}, "
             f"{(p.get('kind') or '').upper()}, arm {p['arm']} = {p['label']})")
@@ -581,7 +584,8 @@ def _options(ident: str, label: str, values: list[tuple[str, str]]) -> str:
 def html_page(d: Dashboard) -> str:
     runs = d.runs
     bad = [r for r in runs if r.error]
-    exps = sorted({(r.experiment_key, r.experiment) for r in runs if r.experiment_key}, key=lambda x: x[1] or "")
+    exps = sorted({(r.experiment_key, f"{r.experiment} ({Path(r.scenario or '?').stem})") for r in runs
+                   if r.experiment_key}, key=lambda x: x[1])
     backends = sorted({(r.backend, r.backend_words.split(" (")[0]) for r in runs})
     kinds = [(k, k) for k in (*KINDS, "unknown") if any(r.kind == k for r in runs)]
     by_key = {r.experiment_key: r.backend for r in runs if r.experiment_key}
