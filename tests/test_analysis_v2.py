@@ -426,17 +426,3 @@ def test_a_plain_locust_run_has_no_headline_but_a_report(tmp_path):
     assert cli.main([str(single)]) == 0
     assert "No valid A/B round" in (single / "summary.md").read_text()
 
-
-def test_sequential_settings_are_read_from_the_manifest_the_runner_writes(tmp_path, monkeypatch):
-    """loadtest.plan puts the sequential settings under design.sequential; the runner's own record of its looks
-    (manifest["sequential"]: counts and errors, no max_rounds) must not hide them from the look."""
-    from loadtest import ab, plan
-    from ttsreport.analysis import sequential_of
-
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
-    _, man = plan.new_run(ab.parse_args(["--out", str(tmp_path), "--name", "s", "--until-decided", "--max-rounds",
-                                         "4", "--min-rounds", "2", "--aa-rounds", "0", "--levels", "8"]))
-    want = {"min_rounds": 2, "max_rounds": 4, "alpha": 0.05, "margin_pct": 1.0}
-    assert sequential_of(man, 1.0, 0.95) == want
-    man["sequential"] = {"looks": 1, "look_errors": [], "ignored_stops": []}  # after the runner's first look
-    assert sequential_of(man, 1.0, 0.95) == want

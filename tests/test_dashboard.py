@@ -56,8 +56,9 @@ def folder(tmp_path_factory) -> Path:
                           git_revision="feedc0de" * 5)
     _set_block(later, "002-r1-ab-A", status="invalid", reason="manipulation check failed: syncs 0 != expected 540")
     comp = json.loads((later / "comparison.json").read_text())  # a second run's statistics: c=64 lower, c=8 the same
-    comp["headline"]["levels"]["64"].update(ratio=1.12, ci=[1.10, 1.15])
-    comp["headline"]["levels"]["8"].update(ratio=1.046, ci=[1.040, 1.050])
+    for lv, ratio, ci in (("64", 1.12, [1.10, 1.15]), ("8", 1.046, [1.040, 1.050])):
+        row = comp["headline"]["levels"][lv]
+        row.update(ratio=ratio, ci=ci, **({"ci_decision": ci} if "ci_decision" in row else {}))
     (later / "comparison.json").write_text(json.dumps(comp))
     (root / "ab-broken").mkdir()
     (root / "ab-broken" / "manifest.json").write_text("{not json")
@@ -102,9 +103,12 @@ def test_a_complete_run_as_its_report_says(board, folder):
     assert r.arms == "A: original · B: fixed" and r.metric == "audio throughput" and not r.invalid
     assert r.link == "ab-done/index.html" and (folder / r.link).is_file()
     assert r.git.startswith("be403b2165") and r.server == "ttssim (tts-loadtest 0.1.0)"
-    # the README's numbers of the example run: x1.045 [1.042, 1.048] at c=8, x1.235 [1.219, 1.251] at c=64
-    got = {lv.level: (lv.kind, round(lv.ratio, 3), [round(x, 3) for x in lv.ci]) for lv in r.levels}
-    assert got == {"8": ("faster", 1.045, [1.042, 1.048]), "64": ("faster", 1.235, [1.219, 1.251])}
+    # the example's own report: its cards in summary.md ("- c=8: **faster** B/A ×1.045 [1.042, 1.048] ...")
+    cards = re.findall(r"^- c=(\d+): \*\*(.+?)\*\* B/A ×([\d.]+) \[([\d.]+), ([\d.]+)\]",
+                       (EXAMPLE / "summary.md").read_text(), re.M)
+    assert len(cards) == 2 and {c[1] for c in cards} <= {"faster", "faster in this server start"}, cards
+    got = [(lv.level, lv.word, f"{lv.ratio:.3f}", f"{lv.ci[0]:.3f}", f"{lv.ci[1]:.3f}") for lv in r.levels]
+    assert got == [tuple(c) for c in cards]
 
 
 def test_an_interrupted_run_without_statistics(board):
@@ -267,7 +271,8 @@ def test_the_page_in_headless_chromium(folder, board, tmp_path):
     n, statuses, headline, ab_rows, sim_rows, exp_rows, hist, *_, back = res["evaluated"]
     assert n == back == 6
     assert statuses == ["complete", "complete", "interrupted", "unreadable", "unreadable", "unreadable"]
-    assert "c=8: faster ×1.046 [1.040, 1.050]" in headline and "c=64: faster ×1.120 [1.100, 1.150]" in headline
+    assert re.search(r"c=8: faster.* ×1\.046 \[1\.040, 1\.050\]", headline), headline
+    assert re.search(r"c=64: faster.* ×1\.120 \[1\.100, 1\.150\]", headline), headline
     assert (ab_rows, sim_rows, exp_rows) == (5, 3, 3)  # unreadable A/B folders have no backend or experiment
     assert hist == f"1:#exp={key}&backend=sim&kind=A%2FB"
     assert res["svgs"] == 1 and all(w > 400 for w in res["svgSizes"])

@@ -47,10 +47,10 @@ BIND = "127.0.0.1"
 
 
 def changed(a: list[float] | None, b: list[float] | None) -> bool:
-    """THE change rule between two runs of one experiment at one level: a change is marked only where their 95 %
-    intervals of the ratio B/A do not overlap (one lies wholly above the other). Two disjoint 95 % intervals mean
-    a difference well beyond the noise of either run; overlapping ones mark nothing (which does not prove that
-    nothing changed). A run without an interval is never marked."""
+    """THE change rule between two runs of one experiment at one level: a change is marked only where their
+    intervals of the ratio B/A (each the interval its verdict card shows) do not overlap, one lying wholly above the
+    other. Two disjoint intervals mean a difference well beyond the noise of either run; overlapping ones mark
+    nothing (which does not prove that nothing changed). A run without an interval is never marked."""
     if not a or not b:
         return False
     return a[1] < b[0] or b[1] < a[0]
@@ -63,6 +63,7 @@ def changed(a: list[float] | None, b: list[float] | None) -> bool:
 class Level:
     level: str
     kind: str | None
+    word: str | None  # the decision in the report card's words (the kind where the card has no other)
     ratio: float | None
     ci: list[float] | None
     words: str
@@ -241,7 +242,8 @@ def read_ab(folder: Path, root: Path, man: dict) -> Run:
     run.metric = summary["metrics"][comparison["primary_metric"]]["label"]
     run.margin_pct = comparison["settings"].get("margin_pct")
     run.unit = comparison["settings"].get("unit") or run.unit
-    run.levels = [Level(str(c["level"]), c["kind"], c["ratio"], c["ci"], c["words"]) for c in rep.cards(comparison)]
+    run.levels = [Level(str(c["level"]), c["kind"], c.get("word") or c["kind"], c["ratio"], c["ci"], c["words"])
+                  for c in rep.cards(comparison)]
     return run
 
 
@@ -373,7 +375,7 @@ def histories(runs: list[Run]) -> list[History]:
             pts = {}
             for lv in r.levels:
                 prev = last.get(lv.level)
-                pts[lv.level] = {"ratio": lv.ratio, "ci": lv.ci, "kind": lv.kind,
+                pts[lv.level] = {"ratio": lv.ratio, "ci": lv.ci, "kind": lv.kind, "word": lv.word,
                                  "changed": prev is not None and changed(prev.ci, lv.ci),
                                  "direction": None if prev is None or lv.ratio is None or prev.ratio is None else
                                  ("up" if lv.ratio > prev.ratio else "down")}
@@ -483,7 +485,7 @@ def _status_cell(r: Run) -> str:
 def _levels_cell(r: Run) -> str:
     if not r.levels:
         return rep.DASH
-    rows = [f"<div class='lvl'>c={_esc(lv.level)}: <b class='k-{_esc(lv.kind)}'>{_esc(lv.kind)}</b> "
+    rows = [f"<div class='lvl'>c={_esc(lv.level)}: <b class='k-{_esc(lv.kind)}'>{_esc(lv.word)}</b> "
             f"{_esc(rep._r(lv.ratio))} {_esc(rep._ci(lv.ci))}</div>" for lv in r.levels]
     return f"<div class='small'>{_esc(r.metric)}, B/A</div>" + "".join(rows)
 
@@ -566,12 +568,13 @@ def _history_section(h: History, backend_key: str) -> str:
                 continue
             mark = "" if not p["changed"] else \
                 f" <span class='changed'>changed {'↑' if p['direction'] == 'up' else '↓'}</span>"
-            cells.append(f"<span class='k-{_esc(p['kind'])}'>{_esc(p['kind'])}</span> {_esc(rep._r(p['ratio']))} "
+            cells.append(f"<span class='k-{_esc(p['kind'])}'>{_esc(p['word'])}</span> {_esc(rep._r(p['ratio']))} "
                          f"{_esc(rep._ci(p['ci']))}{mark}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f"<section class='history'{_attrs(h, 'A/B', backend_key)}><h2>History: {_esc(h.experiment)}</h2>"
             f"<p>{_esc(h.arms)} · scenario {_esc(h.scenario)} · {_esc(h.backend)} · {len(h.runs)} run(s). A change "
-            "between two runs is marked only where their 95 % intervals do not overlap.</p>" + fig +
+            "between two runs is marked only where their intervals (each as its run's verdict card shows it) do "
+            "not overlap.</p>" + fig +
             "<table><tr>" + "".join(f"<th>{_esc(x)}</th>" for x in head) + "</tr>" + "".join(rows) + "</table>"
             "</section>")
 
@@ -605,7 +608,7 @@ def html_page(d: Dashboard) -> str:
                                                                                       backends)
                  + _options("kind", "kind", kinds) + "<span id='shown' class='small'></span></div>")
     parts.append("<section><h2>Runs</h2><table><tr><th>date (UTC)</th><th>kind</th><th>backend</th>"
-                 "<th>experiment and arms</th><th>design (unit)</th><th>primary headline per level [95 % interval]"
+                 "<th>experiment and arms</th><th>design (unit)</th><th>primary headline per level [interval]"
                  "</th><th>status</th><th>folder</th></tr>" + "".join(_row(r) for r in runs) + "</table>"
                  "<div class='legend'>Headline: the run's primary metric per concurrency level, B/A with the interval "
                  "behind its decision, exactly as its report's verdict cards show it. Status: complete, partial (a "

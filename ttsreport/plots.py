@@ -165,7 +165,7 @@ def plot_history(title: str, levels: list[str], runs: list[dict], margin_pct: fl
         ax.set_xlim(-0.6, len(runs) - 0.4)
         ax.grid(axis="x", visible=False)
         ax.set_title(f"c={lv}", loc="left")
-    axes.flat[0].set_ylabel("B/A, 95 % interval")
+    axes.flat[0].set_ylabel("B/A [the card's interval]")
     fig.suptitle(title, x=0.01, ha="left", fontsize=10, fontweight="bold")
     fig.tight_layout()
     return svg(fig)
