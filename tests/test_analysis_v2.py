@@ -425,4 +425,3 @@ def test_a_plain_locust_run_has_no_headline_but_a_report(tmp_path):
     assert [b["kind"] for b in summary["blocks"]] == ["single"] and summary["arms"]["A"]["8"]["throughput_rps"]
     assert cli.main([str(single)]) == 0
     assert "No valid A/B round" in (single / "summary.md").read_text()
-
