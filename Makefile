@@ -49,6 +49,7 @@ help:
 	@echo "               SCENARIO=... [SIM_SET='k=v ...'] [B_SIM_SET='model.extra_step_pct=1' (known answer)] [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
+	@echo "make dashboard every run under reports/ in one page -> reports/index.html; SERVE=1 [DASHBOARD_PORT=8765]: live on 127.0.0.1"
 	@echo "make bench-sim / bench-load   simulator fidelity / load-generator overhead benchmarks (reports/bench/)"
 	@echo "make soak / faults-table      long soak / every fault through Locust and the A/B runner (reports/bench/)"
 
@@ -124,6 +125,11 @@ demo: $(STAMP)
 
 report: $(STAMP)
 	$(PY) -m ttsreport $(RUN)
+
+# every run folder under reports/ in one self-contained page; SERVE=1 serves it on 127.0.0.1 only, live while a run writes
+.PHONY: dashboard
+dashboard: $(STAMP)
+	$(PY) -m ttsreport.dashboard reports $(if $(SERVE),--serve $(if $(DASHBOARD_PORT),--port $(DASHBOARD_PORT),),)
 
 test-engine: $(STAMP)
 	bash tests/engine/run.sh

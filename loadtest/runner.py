@@ -50,7 +50,7 @@ from loadtest.plan import (
 from loadtest.scenario import load_scenario
 from loadtest.scraper import rows_of, sample_key
 from loadtest.server_process import ServerError, ServerProcess, stop_group
-from loadtest.shape import epochs_per_window
+from loadtest.shape import Schedule, epochs_per_window
 from loadtest.telemetry import Nvml, Telemetry
 from loadtest.telemetry import describe as describe_telemetry
 from tts_predictor import metrics as pm
@@ -59,6 +59,7 @@ from tts_predictor.control import write_control
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a window counts as hung
 LOCUST_STOP_S = 20.0  # Locust flushes its files on SIGINT
 LOOK_TIMEOUT_S = 600.0
+PROGRESS_EVERY_S = 2.0  # progress.json is replaced at most this often during a window's load
 
 
 class Interrupted(Exception):
@@ -195,6 +196,9 @@ class Runner:
         self.overhead_s = 10.0  # Locust start + shutdown (+ a server start); refined as windows finish
         self.active: Start | None = None
         self.nvml: Nvml | None | bool = None  # opened once per run (False: NVML did not initialise)
+        self.schedule: Schedule | None = None  # the current window's load schedule (its level and phase by time)
+        self.rounds_done = 0  # rounds whose windows are all done, counted when a window begins or ends
+        self._progress_t = 0.0
 
     # --- signals ------------------------------------------------------------------------------------------
 
@@ -345,6 +349,9 @@ class Runner:
         locust = tele = None
         st: Start | None = None
         t0 = time.monotonic()
+        self.schedule = None
+        self.rounds_done = self._rounds_done()
+        self.write_progress("starting", i, w)
         try:
             st = self.ensure_start(w, meta)
             meta.start, meta.server_url = st.record.start, st.url
@@ -359,6 +366,7 @@ class Runner:
             meta.timing["settle_s"] = settle
             window_scenario(self.scenario, w["order"], bdir / "scenario.yaml", count=count, settle_s=settle,
                             block_id=w["block_id"])
+            self.schedule = Schedule(load_scenario(str(bdir / "scenario.yaml")), count=count)
             tele = Telemetry(bdir / "telemetry.jsonl", st.server.proc.pid, nvml=self.nvml or None).start()
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
@@ -398,6 +406,7 @@ class Runner:
             meta.ended = utc()
             rec.write_json(bdir / "block.json", meta.to_dict())
             self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s)
+            self.rounds_done = self._rounds_done()
         return meta.to_dict()
 
     def _after_load(self, w: dict, st: Start, bdir: Path, meta: rec.BlockRecord, switch: bool,
@@ -471,13 +480,46 @@ class Runner:
 
     # --- progress -----------------------------------------------------------------------------------------
 
-    def show(self, i: int, w: dict, elapsed: float, length_s: float) -> None:
+    def _rounds_done(self) -> int:
+        return sum(all(m.get("status") in DONE for m in self._metas(ws).values())
+                   for ws in rounds_of(list(self.m["plan"])))
+
+    def _left_s(self, i: int, elapsed: float, length_s: float) -> float:
+        """The run's estimated seconds left: the rest of this window, then the planned windows after it at the
+        window's length plus the overhead measured so far."""
         left_windows = len(self.m["plan"]) - i - 1
-        left = max(0.0, length_s - elapsed) + left_windows * (self.window_s + self.overhead_s)
+        return max(0.0, length_s - elapsed) + left_windows * (self.window_s + self.overhead_s)
+
+    def write_progress(self, state: str, i: int | None = None, w: dict | None = None, elapsed: float | None = None,
+                       length_s: float | None = None) -> rec.Progress:
+        """Replace <run>/progress.json (loadtest.records.Progress): what the console line says, for the dashboard."""
+        plan = self.m["plan"]
+        ph = self.schedule.at(elapsed) if self.schedule is not None and elapsed is not None else None
+        if i is not None and elapsed is None:
+            elapsed, length_s = 0.0, self.window_s + (self.design.get("settle_s") or 0.0)
+        p = rec.Progress(
+            t=round(time.time(), 3), state=state, status=self.m.get("status") or "running",
+            rounds_done=self.rounds_done, rounds_planned=len({x["round"] for x in plan}), windows_planned=len(plan),
+            round=None if w is None else w["round"], kind=None if w is None else w["kind"],
+            window=None if i is None else i + 1, block_id=None if w is None else w["block_id"],
+            arm=None if w is None else w["arm"],
+            label=None if w is None else (w["variant"] or self.arms[w["spec"]].label),
+            level=None if ph is None else ph.concurrency, phase=None if ph is None else ph.phase,
+            elapsed_s=None if elapsed is None else round(elapsed, 1),
+            length_s=None if length_s is None else round(length_s, 1),
+            left_s=None if i is None else round(self._left_s(i, elapsed, length_s), 1))
+        rec.write_json(self.run / rec.PROGRESS_FILE, p.to_dict())
+        self._progress_t = time.monotonic()
+        return p
+
+    def show(self, i: int, w: dict, elapsed: float, length_s: float) -> None:
+        left = self._left_s(i, elapsed, length_s)
         rounds = len({x["round"] for x in self.m["plan"]})
         self.progress(f"round {w['round'] + 1}/{rounds} ({w['kind'].upper()}) · window {i + 1}/{len(self.m['plan'])} "
                       f"{w['arm']}={w['variant'] or self.arms[w['spec']].label} · {elapsed:.0f}/{length_s:.0f} s · "
                       f"~{left / 60:.1f} min left")
+        if time.monotonic() - self._progress_t >= PROGRESS_EVERY_S:
+            self.write_progress("load", i, w, elapsed, length_s)
 
     # --- rounds ---------------------------------------------------------------------------------------------
 
@@ -531,6 +573,7 @@ class Runner:
     def look(self, windows: list[dict]) -> bool:
         """After a completed round: run the sequential look and say whether the run stops here."""
         seq = self.m.setdefault("sequential", {"looks": 0, "look_errors": [], "ignored_stops": []})
+        self.write_progress("look")
         cmd = look_command(self.run)
         try:
             p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=LOOK_TIMEOUT_S)
@@ -621,4 +664,6 @@ class Runner:
             self.m["switches"] = self._collect_switches()
             self.m["ended"] = utc()
             self._save()
+            self.rounds_done = self._rounds_done()
+            self.write_progress("ended")
         return self.m["status"]

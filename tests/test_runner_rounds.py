@@ -187,3 +187,17 @@ def test_pilot_asks_the_statistics_for_the_plan_and_prints_it(tmp_path, monkeypa
     assert ab.pilot_plan(tmp_path, 0.5) == 1
     assert calls[1][-2:] == ["--target-halfwidth-pct", "0.5"]
     assert "the pilot has no valid start" in capsys.readouterr().err
+
+
+def test_sequential_settings_are_read_from_the_manifest_the_runner_writes(tmp_path, monkeypatch):
+    """loadtest.plan puts the sequential settings under design.sequential; the runner's own record of its looks
+    (manifest["sequential"]: counts and errors, no max_rounds) must not hide them from the look."""
+    from ttsreport.analysis import sequential_of
+
+    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    _, man = plan.new_run(ab.parse_args(["--out", str(tmp_path), "--name", "s", "--until-decided", "--max-rounds",
+                                         "4", "--min-rounds", "2", "--aa-rounds", "0", "--levels", "8"]))
+    want = {"min_rounds": 2, "max_rounds": 4, "alpha": 0.05, "margin_pct": 1.0}
+    assert sequential_of(man, 1.0, 0.95) == want
+    man["sequential"] = {"looks": 1, "look_errors": [], "ignored_stops": []}  # after the runner's first look
+    assert sequential_of(man, 1.0, 0.95) == want

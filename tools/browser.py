@@ -72,12 +72,17 @@ class _CDP:
         raise TimeoutError(method)
 
 
-def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout: float = 60.0) -> dict:
-    """Load `page` in headless Chromium; return console problems and DOM facts, and write a full-page PNG."""
+def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout: float = 60.0,
+            evaluate: tuple[str, ...] = ()) -> dict:
+    """Load `page` in headless Chromium; return console problems and DOM facts, and write a full-page PNG.
+    `page`: a file, or an http://127.0.0.1 URL (a page served here: requests to its own origin are not problems).
+    `evaluate`: JavaScript expressions run in order after the load (e.g. a click, then a count; a promise is
+    awaited); their JSON-able values are returned as "evaluated", and the screenshot is taken after them."""
     chromium = find_chromium()
     if chromium is None:
         raise FileNotFoundError("chromium not found (scripts/system-deps.sh installs it)")
-    url = Path(page).resolve().as_uri()
+    url = str(page) if str(page).startswith("http://127.0.0.1:") else Path(page).resolve().as_uri()
+    origin = url[:url.index("/", len("http://"))] if url.startswith("http") else "file:"
     with tempfile.TemporaryDirectory(prefix="ttsreport-chromium-") as profile:
         proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -100,6 +105,9 @@ def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout
             cdp.wait_event("Page.loadEventFired", timeout)
             facts = json.loads(cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True},
                                         session=sid)["result"]["value"])
+            facts["evaluated"] = [cdp.call("Runtime.evaluate", {"expression": e, "returnByValue": True,
+                                                                "awaitPromise": True}, session=sid,
+                                           timeout=timeout)["result"].get("value") for e in evaluate]
             cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": int(facts["height"]),
                                                             "deviceScaleFactor": 1, "mobile": False}, session=sid)
             shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=sid)
@@ -119,7 +127,7 @@ def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout
                     problems.append(f"load failed: {p.get('errorText')}")
                 elif m == "Network.requestWillBeSent":
                     req_url = p["request"]["url"]
-                    if not req_url.startswith(("file:", "data:", "about:")):
+                    if not req_url.startswith(("file:", "data:", "about:", origin + "/")):
                         problems.append(f"network request to {req_url} (the report must be offline)")
             cdp.ws.close()
             return {"problems": problems, **facts}

@@ -72,12 +72,17 @@ def primary_of(manifest: dict) -> tuple[str, str]:
 
 
 def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict | None:
-    """The sequential settings of a run (None: a fixed design). Read from the manifest's `sequential` mapping (or
-    settings.sequential, or settings until="decided" with max_rounds / min_rounds); alpha defaults to
-    1 - confidence and the margin to the run's."""
+    """The sequential settings of a run (None: a fixed design). Read from the manifest's design.sequential (what
+    loadtest.plan writes), its `sequential` mapping, settings.sequential, or settings until="decided" with max_rounds
+    / min_rounds; alpha defaults to 1 - confidence and the margin to the run's."""
     settings = manifest.get("settings") or {}
-    seq = manifest.get("sequential") or settings.get("sequential")
-    if not isinstance(seq, dict):
+    design = manifest.get("design") if isinstance(manifest.get("design"), dict) else {}
+    # the plan's settings (design.sequential, as loadtest.plan writes them) come first: the runner keeps its record
+    # of the looks (counts, errors, the stop) under manifest["sequential"], without max_rounds
+    found = [c for c in (design.get("sequential"), manifest.get("sequential"), settings.get("sequential"))
+             if isinstance(c, dict)]
+    seq = next((c for c in found if c.get("max_rounds") is not None), found[0] if found else None)
+    if seq is None:
         if settings.get("until") != "decided":
             return None
         seq = settings

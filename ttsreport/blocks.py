@@ -31,7 +31,7 @@ SUMMED_OVER_GPUS = ("mem_used_mib", "power_w")  # per-GPU values that add up; ut
 # ----------------------------------------------------------------------------------------------- reading a run
 
 
-def _read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
+def read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
     """A JSON record file whose schema must be one of `known` (a missing schema field reads as the first)."""
     try:
         obj = rec.read_json(path)
@@ -55,7 +55,7 @@ def load_run(run_dir: str | Path) -> dict:
     """Manifest, effective scenario, starts, windows (with requests, counters, telemetry) and looks of an A/B run;
     a single Locust run is seen as one window of arm A. Version-1 runs load too (their later fields read as null)."""
     run = Path(run_dir)
-    manifest = _read_json_checked(run / "manifest.json", rec.RUN_MANIFESTS) or {}
+    manifest = read_json_checked(run / "manifest.json", rec.RUN_MANIFESTS) or {}
     notes: list[str] = []
     scenario = None
     if (run / "scenario.yaml").is_file():
@@ -66,7 +66,7 @@ def load_run(run_dir: str | Path) -> dict:
     starts: dict[int, dict] = {}
     if (run / "starts").is_dir():
         for sdir in sorted((run / "starts").iterdir()):
-            s = _read_json_checked(sdir / "start.json", (rec.START_SCHEMA,)) if sdir.is_dir() else None
+            s = read_json_checked(sdir / "start.json", (rec.START_SCHEMA,)) if sdir.is_dir() else None
             if s is not None:
                 starts[int(s["start"])] = s
     blocks = []
@@ -79,7 +79,7 @@ def load_run(run_dir: str | Path) -> dict:
     for bdir in block_dirs:
         if not bdir.is_dir():
             continue
-        meta = synthetic or _read_json_checked(bdir / "block.json", (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA]))
+        meta = synthetic or read_json_checked(bdir / "block.json", (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA]))
         if meta is None:
             notes.append(f"{bdir.name}: no block.json (block never started) — skipped")
             continue

@@ -84,18 +84,13 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 3.5))
     for ax, metric in zip(axes, (primary, other), strict=True):
         xs = list(range(len(levels)))
-        ax.axhspan(1 / (1 + m), 1 + m, color="#5b6b7c", alpha=0.12, lw=0, label=f"±{100 * m:g} % margin")
-        ax.axhline(1.0, color="#444", lw=0.8)
+        margin_band(ax, m)
         for i, lv in enumerate(levels):
             res = comparison["per_level"][lv]["metrics"].get(metric) or {}
             row = head["levels"].get(lv) if metric == primary else None
             kind = (row or res).get("kind", "inconclusive")
             ci = (row or {}).get("ci_decision") or (row or {}).get("ci") or res.get("ci")
-            col = KIND_COLORS.get(kind, "#888")
-            if ci:
-                ax.plot([i, i], ci, color=col, lw=6, alpha=0.45, solid_capstyle="butt")
-            if res.get("ratio"):
-                ax.plot(i, res["ratio"], "o", color=col, ms=7, label="observed ratio [interval]" if i == 0 else None)
+            interval(ax, i, res.get("ratio"), ci, kind, "observed ratio [interval]" if i == 0 else None)
             dots = [r["ratio"] for r in res.get("rounds") or [] if r.get("ratio")]
             for j, v in enumerate(dots):
                 ax.plot(i + 0.16, v, ".", color="#999", ms=4, label="per round" if (i == 0 and j == 0) else None)
@@ -109,9 +104,7 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
                     ax.plot([i - 0.3, i - 0.3], mod["ci"], color="#222", lw=2)
                     ax.plot(i - 0.3, mod["ratio"], "s", color="#222", ms=5,
                             label="fitted model [interval]" if i == 0 else None)
-        ax.set_yscale("log")
-        ax.minorticks_off()
-        ax.set_yticks(*_ratio_ticks(*ax.get_ylim()))
+        ratio_axis(ax)
         ax.set_xticks(xs, [f"c={lv}" for lv in levels])
         ax.set_xlim(-0.6, len(levels) - 0.4)
         label = summary["metrics"][metric]["label"]
@@ -121,6 +114,61 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=5, fontsize=7)
     fig.text(0.99, -0.1, "bars: the interval behind each decision (left: the headline's); colour: the decision",
              ha="right", color="#777", fontsize=8)
+    return svg(fig)
+
+
+def margin_band(ax, m: float) -> None:
+    """The equivalence margin ±m (a fraction) as a grey band around ×1."""
+    ax.axhspan(1 / (1 + m), 1 + m, color="#5b6b7c", alpha=0.12, lw=0, label=f"±{100 * m:g} % margin")
+    ax.axhline(1.0, color="#444", lw=0.8)
+
+
+def interval(ax, x: float, ratio: float | None, ci, kind: str, label: str | None = None) -> None:
+    """One decision as the report draws it: its interval as a bar, its ratio as a dot, coloured by the decision."""
+    col = KIND_COLORS.get(kind, "#888")
+    if ci:
+        ax.plot([x, x], ci, color=col, lw=6, alpha=0.45, solid_capstyle="butt")
+    if ratio:
+        ax.plot(x, ratio, "o", color=col, ms=7, label=label)
+
+
+def ratio_axis(ax) -> None:
+    """A log axis of ratios B/A with round ticks (×1.25 and ×0.8 sit at the same distance from ×1)."""
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    ax.set_yticks(*_ratio_ticks(*ax.get_ylim()))
+
+
+def plot_history(title: str, levels: list[str], runs: list[dict], margin_pct: float | None) -> str:
+    """An experiment over its runs: per level, each run's ratio B/A with its interval (as plot_ratios draws one),
+    in time order; an arrow from one run to the next where the dashboard's change rule marks a change.
+    runs: {"label", "levels": {lv: {"ratio", "ci", "kind", "changed"}}}."""
+    cols = max(1, min(len(levels), 4))
+    rows = -(-len(levels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(12.5, 3.0 * rows + 0.3), squeeze=False)
+    for ax in axes.flat[len(levels):]:
+        ax.axis("off")
+    xs = list(range(len(runs)))
+    for ax, lv in zip(axes.flat, levels, strict=False):
+        if margin_pct is not None:
+            margin_band(ax, margin_pct / 100.0)
+        for i, r in enumerate(runs):
+            p = r["levels"].get(lv) or {}
+            interval(ax, i, p.get("ratio"), p.get("ci"), p.get("kind", "inconclusive"))
+            prev = runs[i - 1]["levels"].get(lv) if i else None
+            if p.get("changed") and prev and prev.get("ratio") and p.get("ratio"):
+                ax.annotate("", xy=(i, p["ratio"]), xytext=(i - 1, prev["ratio"]),
+                            arrowprops={"arrowstyle": "->", "color": "#8e44ad", "lw": 1.6})
+                ax.text(i - 0.5, (prev["ratio"] * p["ratio"]) ** 0.5, " changed", color="#8e44ad", fontsize=8)
+        ratio_axis(ax)
+        ax.set_xticks(xs, [r["label"] for r in runs], rotation=30 if len(runs) > 3 else 0, ha="right"
+                      if len(runs) > 3 else "center", fontsize=7)
+        ax.set_xlim(-0.6, len(runs) - 0.4)
+        ax.grid(axis="x", visible=False)
+        ax.set_title(f"c={lv}", loc="left")
+    axes.flat[0].set_ylabel("B/A [the card's interval]")
+    fig.suptitle(title, x=0.01, ha="left", fontsize=10, fontweight="bold")
+    fig.tight_layout()
     return svg(fig)
 
 
