@@ -313,11 +313,11 @@ def test_confounded_release_comparison_and_arm_info(tmp_path):
 # ----------------------------------------------------------------------------------------------- commands
 
 
-SEQ = {"sequential": {"min_rounds": 3, "max_rounds": 10}}
+SEQ = (3, 10)  # min_rounds, max_rounds
 
 
 def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
-    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, manifest=SEQ)
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, sequential=SEQ)
     assert cli.main([str(run), "--look"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "STOP" in out[0]
@@ -339,10 +339,15 @@ def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
 
 
 def test_look_waits_for_min_rounds_and_refuses_a_fixed_run(tmp_path, capsys):
-    run = sr.fresh(tmp_path / "r", rounds=2, b_factor=1 / 1.05, manifest=SEQ)
+    run = sr.fresh(tmp_path / "r", rounds=2, b_factor=1 / 1.05, sequential=SEQ, planned_rounds=10)
     assert cli.main([str(run), "--look"]) == 0
     line = json.loads((run / "looks.jsonl").read_text().splitlines()[-1])
     assert line["stop"] is False and line["kind"] == "inconclusive" and line["rounds"] == 2
+    # the same two rounds as the whole plan: the look after the last unit decides, it never says continue
+    done = sr.fresh(tmp_path / "d", rounds=2, b_factor=1 / 1.05, sequential=SEQ)
+    assert cli.main([str(done), "--look"]) == 0
+    line = json.loads((done / "looks.jsonl").read_text().splitlines()[-1])
+    assert line["stop"] is True and line["reason"].startswith("last look") and line["kind"] == "inconclusive"
     fixed = sr.fresh(tmp_path / "f", rounds=2)
     capsys.readouterr()
     assert cli.main([str(fixed), "--look"]) == 2
