@@ -28,7 +28,7 @@ import yaml
 from loadtest import experiment as ex
 from loadtest import runsettings as rs
 from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_plan: the tests build runs with it)
-from loadtest.records import AB_SCHEMA, write_json
+from loadtest.records import AB_SCHEMA, sim_profile_copy, write_json
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 
@@ -362,6 +362,29 @@ def pre_registered(a: argparse.Namespace, exp: ex.Experiment) -> dict:
     return out
 
 
+def copy_sim_profiles(run: Path, arms: dict[str, ex.Arm]) -> dict | None:
+    """Copy the simulator profiles the arms run (and each one's fit) into the run folder, so its statistics read
+    them from there and never from a checkout that may have been refitted since; what was copied, for the manifest.
+    SystemExit when two profiles share a file name (one run folder keeps one of each name)."""
+    from ttssim.fit import FIT_SUFFIX
+
+    out = {}
+    for path in sorted({arm.sim.config for arm in arms.values() if arm.backend == "sim" and arm.sim and arm.sim.config}):
+        src = ROOT / path if not Path(path).is_absolute() else Path(path)
+        dst = sim_profile_copy(run, path)
+        if dst.exists():
+            raise SystemExit(f"error: two simulator profiles named {dst.name}: give them different file names")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        fit = Path(str(src) + FIT_SUFFIX)
+        if fit.is_file():
+            shutil.copyfile(fit, Path(str(dst) + FIT_SUFFIX))
+        out[path] = {"copy": str(dst.relative_to(run)), "sha256": sha256(src),
+                     "fit": str(dst.relative_to(run)) + FIT_SUFFIX if fit.is_file() else None,
+                     "fit_sha256": sha256(fit) if fit.is_file() else None}
+    return out or None
+
+
 def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     """Check the arguments, create reports/<run>/ with its effective scenario and manifest; SystemExit("error: ...")
     before anything is written when an argument is bad."""
@@ -422,6 +445,11 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
         shutil.rmtree(run)
         raise SystemExit(f"error: scenario {scen}: {str(e).splitlines()[0]}") from None
+    try:
+        profiles = copy_sim_profiles(run, arms)
+    except (OSError, SystemExit) as e:
+        shutil.rmtree(run)
+        raise SystemExit(str(e) if isinstance(e, SystemExit) else f"error: copying the simulator profile: {e}") from None
     seq = d["sequential"]
     plan = make_plan(d["rounds"], d["aa_rounds"], arms["A"].variant, arms["B"].variant, d["seed"], design=d["name"],
                      window_pairs=d["window_pairs"], levels=[s.concurrency for s in sc.steps],
@@ -462,6 +490,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "scenario": {"path": str(scen), "sha256": sha256(scen), "effective_sha256": sha256(run / "scenario.yaml")},
         "sim_config": ({"path": settings["sim_config"], "sha256": sha256(ROOT / settings["sim_config"])}
                        if settings["sim_config"] and exp.simulated else None),
+        "sim_profiles": profiles,
         "settings": settings, "plan": plan, "starts": starts_of(plan), "switches": [],
         "resume_policy": RESUME_POLICY,
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],

@@ -445,7 +445,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
     o = options or Options()
     run = load_run(run_dir)
     man = run["manifest"]
-    confidence, confidence_src = confidence_of(man, o.confidence)
+    confidence, _src = confidence_of(man, o.confidence)
     inf._check_confidence(confidence)
     design = rd.design_of(man)
     unit = rd.DESIGN_UNITS[design]
@@ -462,16 +462,21 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
     backend_name = backend.get("name") if isinstance(backend, dict) else backend
     simulated = backend_name in ("sim", "simulated", "simulator") or any(b["simulated_counters"] for b in summaries)
     exp = man.get("experiment") if isinstance(man.get("experiment"), dict) else {}
-    setup = sim_setup(man) if simulated else None
+    setup = sim_setup(man, run_dir) if simulated else None
     planned = len(man.get("plan") or [])
     complete = sum(b["status"] == "complete" for b in summaries)
     partial = (man.get("status") not in (None, "complete")) or (planned and complete < planned) or \
         any(b["status"] == "interrupted" for b in summaries)
     invalid = [{"block_id": b["block_id"], "round": b["round"], "kind": b["kind"], "arm": b["arm"],
                 "variant": b["variant"], "reason": b["invalid_reason"]} for b in summaries if not b["valid"]]
+    warnings = _warnings(run, summaries, levels)
+    if setup is not None and setup["from_checkout"] and setup["fit"] is not None:
+        warnings.append(f"this run folder carries no copy of its simulator profile (written before runs did): the "
+                        f"model prediction reads {setup['config']} from this checkout, which may have been refitted "
+                        "since the run")
     summary = {
         "schema": SUMMARY_SCHEMA, "run_id": man.get("run_id", Path(run_dir).name), "run_dir": str(run_dir),
-        "warnings": _warnings(run, summaries, levels), "notes": run["notes"],
+        "warnings": warnings, "notes": run["notes"],
         "experiment": {"name": exp.get("name"), "idea": exp.get("idea"), "confounded": exp.get("confounded"),
                        "primary_metric": primary},
         "arms_info": _arms_info(man, run["starts"], variants, summaries),
@@ -493,8 +498,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
     comparison = compare(summaries, levels, design=design, primary=primary, margin_pct=margin,
                          confidence=confidence, sequential=seq,
                          final_look=man.get("status") == "complete" or plan_done(man, run["blocks"]))
-    comparison["settings"].update(margin_source=margin_src, primary_source=primary_src,
-                                  confidence_source=confidence_src)
+    comparison["settings"].update(margin_source=margin_src, primary_source=primary_src)
     micro = read_micro(o.micro)
     a_blocks = [b for b in summaries if b["valid"] and b["arm"] == "A" and b["kind"] == "ab"]
     b_blocks = [b for b in summaries if b["valid"] and b["arm"] == "B" and b["kind"] == "ab"]

@@ -461,7 +461,7 @@ def sequential_boundary(min_rounds: int, max_rounds: int, alpha: float, *, one_s
     c = _mc_quantile(one if one_sided else two, alpha)
     looks = np.arange(min_rounds, max_rounds + 1)
     z = c / np.sqrt(looks / max_rounds)
-    t = -sc.stdtrit(looks - 1, sc.ndtr(-z))
+    t = _t_of_tail(looks - 1, sc.ndtr(-z))
     return {"C": c, "looks": looks.tolist(), "z": z.tolist(), "t": t.tolist(), "alpha": alpha,
             "one_sided": one_sided, "paths": SEQ_PATHS, "seed": SEQ_SEED}
 
@@ -479,7 +479,15 @@ def _check_rounds(min_rounds: int, max_rounds: int) -> None:
 def _t_crit(looks: np.ndarray, c: float, max_rounds: int) -> np.ndarray:
     """Critical |t| at each look n: the t value with the same tail probability as z = C / sqrt(n / max_rounds)."""
     z = c / np.sqrt(looks / max_rounds)
-    return -sc.stdtrit(looks - 1, sc.ndtr(-z))
+    return _t_of_tail(looks - 1, sc.ndtr(-z))
+
+
+def _t_of_tail(df, tail):
+    """The t value (df degrees of freedom) with upper-tail probability `tail`; +inf where the tail underflowed to 0
+    (stdtrit(df, 0) is -inf, which would flip an interval inside out)."""
+    tail = np.asarray(tail, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tail > 0, -sc.stdtrit(df, np.where(tail > 0, tail, 0.5)), np.inf)
 
 
 def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff: float, c_eq: float,
