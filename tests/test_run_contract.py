@@ -271,17 +271,19 @@ def test_the_example_gives_the_same_comparison_from_a_checkout_without_configs_s
 
 
 def _quick_scenario(tmp_path: Path) -> Path:
-    """One level, 1 s count, 1 s warm-up, 3 s measure: a window of about 6 s on configs/sim/fast.yaml."""
+    """One level (c=8, short prompts), 1 s count, 3 s warm-up, 6 s measure, 3 s drain: a window of about 14 s on the
+    fitted profile configs/sim/default.yaml, whose ~65 ms modelled steps outweigh a busy box's CPU noise (on the
+    millisecond steps of fast.yaml the per-round ratio of a 25 % slowdown scattered over 0.8-1.5)."""
     f = tmp_path / "quick.yaml"
     f.write_text("schema: tts-scenario/1\nname: quick\nmode: stream\nloop: closed\nseed: 1614\nmix: {short: 1}\n"
-                 "timeout_s: 30\nphases: {count_s: 1, warmup_s: 1, measure_s: 3, drain_s: 1}\n"
+                 "timeout_s: 30\nphases: {count_s: 1, warmup_s: 3, measure_s: 6, drain_s: 3}\n"
                  "steps:\n  - {concurrency: 8}\n")
     return f
 
 
 def _make_ab(tmp_path: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "runs"
-    p = subprocess.run(["make", "-s", "ab", "A=fixed", "B=fixed", "SIM_CONFIG=configs/sim/fast.yaml",
+    p = subprocess.run(["make", "-s", "ab", "A=fixed", "B=fixed", "SIM_CONFIG=configs/sim/default.yaml",
                         f"SCENARIO={_quick_scenario(tmp_path)}", "AA_ROUNDS=0", "UNTIL=decided", "SEED=7",
                         "SETTLE_S=1", f"OUT={out}", *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=timeout)
