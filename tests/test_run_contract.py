@@ -325,6 +325,15 @@ def test_make_ab_until_decided_without_an_effect_runs_to_max_rounds(tmp_path):
     assert not man.get("plan_not_run") and man["analysis"]["margin_pct"] == 0
     comp = json.loads((run / "comparison.json").read_text())
     assert comp["headline"]["rule"] == "sequential" and comp["settings"]["margin_pct"] == 0
+    # the same run resumed with a window file the statistics cannot read: nothing left to run, the report fails,
+    # and `make ab` says so in one line and exits non-zero (it exited 0 before)
+    blk = sorted((run / "blocks").iterdir())[0] / "block.json"
+    blk.write_text(json.dumps({**json.loads(blk.read_text()), "schema": "tts-block/9"}))
+    p = subprocess.run(["make", "-s", "ab", f"RESUME={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    errors = [x for x in p.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "report for" in errors[0] and "tts-block/9" in errors[0], p.stderr
+    assert "report: " not in p.stdout
 
 
 @pytest.mark.slow
