@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from loadtest import experiment as ex
+from loadtest import runsettings as rs
 from loadtest.plan import ROOT, describe, experiment_for, new_run, sha256, utc
 from loadtest.records import AB_SCHEMA, DESIGNS
 from loadtest.runner import Runner
@@ -68,12 +69,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="sequential: after each round `python -m ttsreport <run> --look`; stop when it says so")
     g.add_argument("--max-rounds", type=int, default=None, help="sequential: most A/B rounds (default --rounds)")
     g.add_argument("--min-rounds", type=int, default=None,
-                   help="sequential: A/B rounds before a stop (default 3, at least 2; nested: at least 2 starts)")
+                   help=f"sequential: A/B rounds before a stop (default {rs.DEFAULT_MIN_ROUNDS}, at least "
+                        f"{rs.MIN_UNITS}; nested: at least {rs.MIN_UNITS} starts)")
     g = p.add_argument_group("pre-registered analysis (recorded in the manifest; ttsreport uses them)")
     g.add_argument("--margin-pct", type=float, default=None,
-                   help="equivalence margin in %% (default: the experiment file's analysis.margin_pct, else 1)")
+                   help="equivalence margin in %% (default: the experiment file's analysis.margin_pct, else "
+                        f"{rs.DEFAULT_MARGIN_PCT:g})")
     g.add_argument("--confidence", type=float, default=None,
-                   help="confidence of every interval (default: the experiment file's, else 0.95)")
+                   help=f"confidence of every interval (default: the experiment file's, else {rs.DEFAULT_CONFIDENCE:g})")
     g.add_argument("--primary-metric", default=None,
                    help="the metric that decides the headline (default: the experiment file's primary_metric)")
     g.add_argument("--pilot", action="store_true",

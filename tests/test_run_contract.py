@@ -200,8 +200,8 @@ def test_analysis_settings_are_recorded_and_used(new_run, tmp_path, capsys):
                                "source": {"margin_pct": "command line", "confidence": "command line",
                                           "primary_metric": "the mission's experiment file"}}
     # the statistics use what the planner recorded (a synthetic folder written through the same functions)
-    syn = sr.fresh(tmp_path / "s", rounds=3, analysis={"margin_pct": 2.5, "confidence": 0.9,
-                                                       "primary_metric": "throughput_rps"})
+    syn = sr.fresh(tmp_path / "s", rounds=2, aa_rounds=0, levels=(8,), telemetry=None,
+                   analysis={"margin_pct": 2.5, "confidence": 0.9, "primary_metric": "throughput_rps"})
     _, comp = summarize(syn)
     s = comp["settings"]
     assert (s["margin_pct"], s["confidence"], s["margin_source"]) == (2.5, 0.9, "pre-registered")
