@@ -330,7 +330,7 @@ def test_make_ab_until_decided_without_an_effect_runs_to_max_rounds(tmp_path):
     blk = sorted((run / "blocks").iterdir())[0] / "block.json"
     blk.write_text(json.dumps({**json.loads(blk.read_text()), "schema": "tts-block/9"}))
     p = subprocess.run(["make", "-s", "ab", f"RESUME={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.returncode != 0, p.stdout[-2000:] + p.stderr[-2000:]  # (make itself exits 2 when its recipe fails)
     errors = [x for x in p.stderr.splitlines() if x.startswith("error:")]
     assert len(errors) == 1 and "report for" in errors[0] and "tts-block/9" in errors[0], p.stderr
     assert "report: " not in p.stdout
