@@ -366,7 +366,7 @@ def copy_sim_profiles(run: Path, arms: dict[str, ex.Arm]) -> dict | None:
     """Copy the simulator profiles the arms run (and each one's fit) into the run folder, so its statistics read
     them from there and never from a checkout that may have been refitted since; what was copied, for the manifest.
     SystemExit when two profiles share a file name (one run folder keeps one of each name)."""
-    from ttssim.fit import FIT_SUFFIX
+    from ttssim.config import FIT_SUFFIX  # plain YAML; imported here so `import loadtest.ab` stays light
 
     out = {}
     for path in sorted({arm.sim.config for arm in arms.values() if arm.backend == "sim" and arm.sim and arm.sim.config}):
