@@ -32,6 +32,10 @@ B_SIM_SET ?=
 QUICK ?=
 RESUME ?=
 DRY_RUN ?=
+OUT ?=
+MARGIN_PCT ?=
+CONFIDENCE ?=
+PRIMARY_METRIC ?=
 
 .PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
 
@@ -46,6 +50,7 @@ help:
 	@echo "make ab        A=original B=fixed | EXPERIMENT=configs/experiments/<x>.yaml [SIMULATE=1] [DRY_RUN=1]"
 	@echo "               BACKEND=sim|vllm DESIGN=fresh|swap|nested [STARTS=S PAIRS=W] ROUNDS=3 AA_ROUNDS=1 SEED=..."
 	@echo "               [UNTIL=decided MAX_ROUNDS=N MIN_ROUNDS=M] [PILOT=1 [TARGET_HALFWIDTH_PCT=1]] [PLAN_FROM=reports/<pilot>]"
+	@echo "               [MARGIN_PCT=1 CONFIDENCE=0.95 PRIMARY_METRIC=...] (pre-registered analysis, in the manifest) [OUT=reports]"
 	@echo "               SCENARIO=... [SIM_SET='k=v ...'] [B_SIM_SET='model.extra_step_pct=1' (known answer)] [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
@@ -117,14 +122,17 @@ ab: $(STAMP)
 		$(if $(MIN_ROUNDS),--min-rounds $(MIN_ROUNDS),) $(if $(PILOT),--pilot,) \
 		$(if $(TARGET_HALFWIDTH_PCT),--target-halfwidth-pct $(TARGET_HALFWIDTH_PCT),) \
 		$(if $(PLAN_FROM),--plan-from $(PLAN_FROM),) $(if $(SCENARIO),--scenario $(SCENARIO),) \
+		$(if $(MARGIN_PCT),--margin-pct $(MARGIN_PCT),) $(if $(CONFIDENCE),--confidence $(CONFIDENCE),) \
+		$(if $(PRIMARY_METRIC),--primary-metric $(PRIMARY_METRIC),) \
 		$(foreach kv,$(SIM_SET),--sim-set $(kv)) $(foreach kv,$(B_SIM_SET),--b-sim-set $(kv)) \
-		$(if $(DRY_RUN),--dry-run,))
+		$(if $(OUT),--out $(OUT),) $(if $(DRY_RUN),--dry-run,))
 
 demo: $(STAMP)
 	$(PY) -m loadtest.ab --demo
 
 report: $(STAMP)
-	$(PY) -m ttsreport $(RUN)
+	$(if $(RUN),,$(error RUN=reports/<run> is required))
+	$(PY) -m ttsreport $(RUN) $(if $(MARGIN_PCT),--margin-pct $(MARGIN_PCT),)
 
 # every run folder under reports/ in one self-contained page; SERVE=1 serves it on 127.0.0.1 only, live while a run writes
 .PHONY: dashboard

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from loadtest import experiment as ex
+from loadtest import runsettings as rs
 from loadtest.plan import ROOT, describe, experiment_for, new_run, sha256, utc
 from loadtest.records import AB_SCHEMA, DESIGNS
 from loadtest.runner import Runner
@@ -67,7 +68,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--until-decided", action="store_true",
                    help="sequential: after each round `python -m ttsreport <run> --look`; stop when it says so")
     g.add_argument("--max-rounds", type=int, default=None, help="sequential: most A/B rounds (default --rounds)")
-    g.add_argument("--min-rounds", type=int, default=None, help="sequential: A/B rounds before a stop (default 2)")
+    g.add_argument("--min-rounds", type=int, default=None,
+                   help=f"sequential: A/B rounds before a stop (default {rs.DEFAULT_MIN_ROUNDS}, at least "
+                        f"{rs.MIN_UNITS}; nested: at least {rs.MIN_UNITS} starts)")
+    g = p.add_argument_group("pre-registered analysis (recorded in the manifest; ttsreport uses them)")
+    g.add_argument("--margin-pct", type=float, default=None,
+                   help="equivalence margin in %% (default: the experiment file's analysis.margin_pct, else "
+                        f"{rs.DEFAULT_MARGIN_PCT:g})")
+    g.add_argument("--confidence", type=float, default=None,
+                   help=f"confidence of every interval (default: the experiment file's, else {rs.DEFAULT_CONFIDENCE:g})")
+    g.add_argument("--primary-metric", default=None,
+                   help="the metric that decides the headline (default: the experiment file's primary_metric)")
     g.add_argument("--pilot", action="store_true",
                    help="a short nested pilot (2 starts x 2 window pairs, no A/A), then `ttsreport --plan`")
     g.add_argument("--plan-from", default=None, metavar="DIR", help="nested design with S and W from DIR/plan.json")
@@ -199,9 +210,15 @@ def main(argv=None) -> int:
         print(f"interrupted: partial data kept in {run}; continue with: make ab RESUME={run}", file=sys.stderr)
     if index:
         print(f"report: {index}")
-    if status == "complete" and manifest["design"].get("pilot"):
+    if status == "interrupted":
+        return 130
+    if status == "failed":
+        return 1
+    if index is None and not a.no_report:
+        return 1  # the run's data are kept, but a command that promised a report and wrote none has failed
+    if manifest["design"].get("pilot"):
         return pilot_plan(run, manifest["settings"].get("target_halfwidth_pct"))
-    return 130 if status == "interrupted" else 1 if status == "failed" else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ HOST = "127.0.0.1"
 STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
 CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
 HEALTH_TIMEOUT_S = 1200  # first start of a block: model load + torch.compile + CUDA graphs (image and model are ready)
+SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+(@sha256:[0-9a-f]{64})?")
 _DEPLOY = re.compile(r"[A-Za-z0-9_.-]+\.yaml")
@@ -113,6 +114,12 @@ class Experiment:
     model_revision: str | None = None
     confounded: str | None = None  # arms on different releases: everything differs, the report must say so
     simulated: bool = False
+    # the pre-registered analysis (`analysis:` and `design:` of the file; None: the command line's or the default)
+    margin_pct: float | None = None
+    confidence: float | None = None
+    until_decided: bool = False
+    min_rounds: int | None = None
+    max_rounds: int | None = None
 
     @property
     def backends(self) -> set[str]:
@@ -319,7 +326,8 @@ def load_experiment(path: str | Path) -> Experiment:
         where = f"line {mark.line + 1}" if mark else "(top level)"
         raise ExperimentError(f"{p}: {where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     r = _Reader(p, data)
-    r.only({"schema", "name", "idea", "scenario", "design", "primary_metric", "model", "confounded", "arms"})
+    r.only({"schema", "name", "idea", "scenario", "design", "primary_metric", "model", "confounded", "arms",
+            "analysis"})
     if r.get("schema", (str,), required=True) != SCHEMA:
         r.fail(f"schema must be {SCHEMA!r}")
     name = r.get("name", (str,), required=True)
@@ -336,12 +344,29 @@ def load_experiment(path: str | Path) -> Experiment:
     except (ScenarioError, ValueError, OSError) as e:
         raise ExperimentError(f"{p}: scenario: {str(e).splitlines()[0]}") from None
     design = r.sub("design", required=True)
-    design.only({"rounds", "aa_rounds", "seed"})
+    design.only({"rounds", "aa_rounds", "seed", "until", "min_rounds", "max_rounds"})
     rounds = design.get("rounds", (int,), required=True)
     aa_rounds = design.get("aa_rounds", (int,), default=1)
     seed = design.get("seed", (int,), required=True)
     if rounds < 1 or aa_rounds < 0:
         design.fail("rounds must be >= 1 and aa_rounds >= 0")
+    until = design.get("until", (str,))
+    if until not in (None, "decided"):
+        raise ExperimentError(f"{p}: design.until: the only rule is 'decided', got {until!r}")
+    min_rounds, max_rounds = design.get("min_rounds", (int,)), design.get("max_rounds", (int,))
+    if (min_rounds is not None or max_rounds is not None) and until is None:
+        design.fail("min_rounds / max_rounds belong to until: decided")
+    pre = r.sub("analysis")
+    margin = confidence = None
+    if pre is not None:
+        pre.only({"margin_pct", "confidence"})
+        margin, confidence = pre.get("margin_pct", (int, float)), pre.get("confidence", (int, float))
+        from loadtest.runsettings import SettingsError, analysis
+
+        try:
+            analysis(margin, confidence)
+        except SettingsError as e:
+            raise ExperimentError(f"{p}: analysis: {e}") from None
     primary = r.get("primary_metric", (str,), required=True)
     from loadtest.measures import METRICS, VERDICT_METRICS
 
@@ -376,8 +401,10 @@ def load_experiment(path: str | Path) -> Experiment:
     if {a.backend for a in arms.values()} == {"vllm", "sim"}:
         arms_r.fail("mixes vllm and sim arms: a simulator is no control for a GPU server (use --simulate)")
     return Experiment(p, name, idea, scenario, rounds, aa_rounds, seed, primary, arms, model, revision,
-                      confounded.strip() if confounded else None, simulated=all(a.backend == "sim"
-                                                                                  for a in arms.values()))
+                      confounded.strip() if confounded else None,
+                      simulated=all(a.backend == "sim" for a in arms.values()), margin_pct=margin,
+                      confidence=confidence, until_decided=until == "decided", min_rounds=min_rounds,
+                      max_rounds=max_rounds)
 
 
 def mission(a: str = "original", b: str = "fixed", path: str | Path = ROOT / MISSION) -> Experiment:

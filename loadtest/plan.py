@@ -26,8 +26,9 @@ from pathlib import Path
 import yaml
 
 from loadtest import experiment as ex
+from loadtest import runsettings as rs
 from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_plan: the tests build runs with it)
-from loadtest.records import AB_SCHEMA, write_json
+from loadtest.records import AB_SCHEMA, sim_profile_copy, write_json
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 
@@ -41,12 +42,10 @@ RESUME_POLICY = {"never_rerun": list(DONE), "always_rerun": ["interrupted"], "fa
                         "times (block.json attempt); earlier attempts are kept under attempts/. On a resume, design "
                         "fresh runs each window not done; swap and nested rerun every round not done as a whole "
                         "(its two windows belong in one server start)"}
-SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
 SHORTHAND_SCENARIO = "configs/scenarios/ab-default.yaml"
 SHORTHAND_SIM_CONFIG = "configs/sim/default.yaml"
 DEFAULT_ROUNDS, DEFAULT_AA_ROUNDS = 3, 1
 DEFAULT_WINDOW_PAIRS = 2  # nested: A/B window pairs per server start
-DEFAULT_MIN_ROUNDS = 2  # sequential: A/B rounds before a look may stop the run (the fewest with an interval)
 DEFAULT_SETTLE_S = 5.0  # swap / nested: extra warm-up after a switch, not measured
 PILOT = {"starts": 2, "window_pairs": 2, "aa_rounds": 0}  # `make ab PILOT=1`: a short nested pilot for --plan
 
@@ -262,7 +261,7 @@ def ready_timeout(exp: ex.Experiment) -> float:
             startup = max(startup, cfg.model.startup_s + cfg.faults.slow_readiness_s)
         except (ValueError, OSError):  # a bad override: the start itself fails and says so
             pass
-    return SIM_READY_S + startup
+    return ex.SIM_READY_S + startup
 
 
 def read_plan_file(folder: str) -> dict:
@@ -311,20 +310,16 @@ def resolve_design(a: argparse.Namespace, exp: ex.Experiment, shorthand: bool) -
             raise SystemExit(f"error: {name} must be >= 1, got {v}")
     if (starts is not None or pairs is not None) and design != "nested":
         raise SystemExit("error: --starts and --window-pairs belong to --design nested")
-    sequential = None
-    if a.until_decided:
-        max_rounds = a.max_rounds if a.max_rounds is not None else rounds
-        min_rounds = a.min_rounds if a.min_rounds is not None else min(DEFAULT_MIN_ROUNDS, max_rounds)
-        if max_rounds < 1 or not 1 <= min_rounds <= max_rounds:
-            raise SystemExit(f"error: want 1 <= --min-rounds <= --max-rounds, got {min_rounds} and {max_rounds}")
-        sequential = {"until": "decided", "max_rounds": max_rounds, "min_rounds": min_rounds,
-                      "look": "python -m ttsreport <run> --look after each round; stop when looks.jsonl's last line "
-                              "says stop (honoured once min_rounds A/B rounds and every A/A round ran)"}
+    until = a.until_decided or (not shorthand and exp.until_decided and not (a.pilot or a.plan_from))
+    min_rounds = a.min_rounds if a.min_rounds is not None else (None if shorthand else exp.min_rounds)
+    if until:
+        max_rounds = a.max_rounds if a.max_rounds is not None else (
+            exp.max_rounds if not shorthand and exp.max_rounds is not None else rounds)
         rounds = max_rounds
     elif a.max_rounds is not None or a.min_rounds is not None:
         raise SystemExit("error: --max-rounds/--min-rounds belong to --until-decided")
     if design == "nested":
-        if starts is not None and pairs is not None and not sequential:
+        if starts is not None and pairs is not None and not until:
             if a.rounds is not None and not (a.pilot or a.plan_from) and a.rounds != starts * pairs:
                 raise SystemExit(f"error: --rounds {a.rounds} contradicts --starts {starts} x --window-pairs {pairs}")
             rounds = starts * pairs
@@ -333,6 +328,12 @@ def resolve_design(a: argparse.Namespace, exp: ex.Experiment, shorthand: bool) -
         elif pairs is None:
             pairs = DEFAULT_WINDOW_PAIRS
         starts = math.ceil(rounds / pairs)
+    sequential = None
+    if until:
+        try:
+            sequential = rs.sequential(min_rounds, max_rounds, design=design, window_pairs=pairs)
+        except rs.SettingsError as e:
+            raise SystemExit(f"error: {e}") from None
     settle = a.settle_s if a.settle_s is not None else (DEFAULT_SETTLE_S if design in SWAPPED else 0.0)
     if settle < 0 or not math.isfinite(settle):
         raise SystemExit(f"error: --settle-s must be >= 0, got {settle:g}")
@@ -340,6 +341,48 @@ def resolve_design(a: argparse.Namespace, exp: ex.Experiment, shorthand: bool) -
             "window_pairs": pairs, "settle_s": settle if design in SWAPPED else 0.0, "sequential": sequential,
             "pilot": bool(a.pilot), "plan_from": plan_from,
             "target_halfwidth_pct": getattr(a, "target_halfwidth_pct", None)}
+
+
+def pre_registered(a: argparse.Namespace, exp: ex.Experiment) -> dict:
+    """The analysis fixed before the run (margin, confidence, primary metric) from the command line, else the
+    experiment file, else the defaults, and where each came from; SystemExit with one line when one is bad."""
+    from loadtest.measures import VERDICT_METRICS
+
+    given = {"margin_pct": (getattr(a, "margin_pct", None), exp.margin_pct),
+             "confidence": (getattr(a, "confidence", None), exp.confidence),
+             "primary_metric": (getattr(a, "primary_metric", None), exp.primary_metric)}
+    chosen = {k: cli if cli is not None else f for k, (cli, f) in given.items()}
+    try:
+        out = rs.analysis(**chosen, verdict_metrics=VERDICT_METRICS)
+    except rs.SettingsError as e:
+        raise SystemExit(f"error: {e}") from None
+    where = "the experiment file" if a.experiment else "the mission's experiment file"
+    out["source"] = {k: "command line" if cli is not None else where if f is not None else "default"
+                     for k, (cli, f) in given.items()}
+    return out
+
+
+def copy_sim_profiles(run: Path, arms: dict[str, ex.Arm]) -> dict | None:
+    """Copy the simulator profiles the arms run (and each one's fit) into the run folder, so its statistics read
+    them from there and never from a checkout that may have been refitted since; what was copied, for the manifest.
+    SystemExit when two profiles share a file name (one run folder keeps one of each name)."""
+    from ttssim.config import FIT_SUFFIX  # plain YAML; imported here so `import loadtest.ab` stays light
+
+    out = {}
+    for path in sorted({arm.sim.config for arm in arms.values() if arm.backend == "sim" and arm.sim and arm.sim.config}):
+        src = ROOT / path if not Path(path).is_absolute() else Path(path)
+        dst = sim_profile_copy(run, path)
+        if dst.exists():
+            raise SystemExit(f"error: two simulator profiles named {dst.name}: give them different file names")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        fit = Path(str(src) + FIT_SUFFIX)
+        if fit.is_file():
+            shutil.copyfile(fit, Path(str(dst) + FIT_SUFFIX))
+        out[path] = {"copy": str(dst.relative_to(run)), "sha256": sha256(src),
+                     "fit": str(dst.relative_to(run)) + FIT_SUFFIX if fit.is_file() else None,
+                     "fit_sha256": sha256(fit) if fit.is_file() else None}
+    return out or None
 
 
 def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
@@ -371,6 +414,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     if a.request_timeout is not None and not (a.request_timeout > 0 and a.request_timeout != float("inf")):
         raise SystemExit(f"error: --request-timeout must be a positive number of seconds, got {a.request_timeout:g}")
     d = resolve_design(a, exp, shorthand)
+    pre = pre_registered(a, exp)
     if d["name"] in SWAPPED:
         why = hot_swap_problem(arms["A"], arms["B"])
         if why is None and simulate and settings["experiment"] is not None:  # a stand-in swaps only what the real
@@ -401,6 +445,11 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
         shutil.rmtree(run)
         raise SystemExit(f"error: scenario {scen}: {str(e).splitlines()[0]}") from None
+    try:
+        profiles = copy_sim_profiles(run, arms)
+    except (OSError, SystemExit) as e:
+        shutil.rmtree(run)
+        raise SystemExit(str(e) if isinstance(e, SystemExit) else f"error: copying the simulator profile: {e}") from None
     seq = d["sequential"]
     plan = make_plan(d["rounds"], d["aa_rounds"], arms["A"].variant, arms["B"].variant, d["seed"], design=d["name"],
                      window_pairs=d["window_pairs"], levels=[s.concurrency for s in sc.steps],
@@ -441,10 +490,12 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "scenario": {"path": str(scen), "sha256": sha256(scen), "effective_sha256": sha256(run / "scenario.yaml")},
         "sim_config": ({"path": settings["sim_config"], "sha256": sha256(ROOT / settings["sim_config"])}
                        if settings["sim_config"] and exp.simulated else None),
+        "sim_profiles": profiles,
         "settings": settings, "plan": plan, "starts": starts_of(plan), "switches": [],
         "resume_policy": RESUME_POLICY,
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],
     }
+    rs.record(manifest, sequential=d["sequential"], analysis=pre)
     env = environment(images)
     manifest["backend"]["image_digest"] = env.pop("image_digest", None)
     manifest["git_revision"] = env.pop("git_revision")
@@ -461,9 +512,11 @@ def describe(manifest: dict) -> str:
              f"({len(plan)} windows in {len(starts)} server start{'s' if len(starts) != 1 else ''}"
              + (f", {d['window_pairs']} pairs per start" if d["name"] == "nested" else "")
              + (f", settle {d['settle_s']:g} s after a switch" if d["name"] in SWAPPED else "") + f"), seed {d['seed']}"]
-    if d.get("sequential"):
-        s = d["sequential"]
-        lines.append(f"sequential: until decided, {s['min_rounds']}..{s['max_rounds']} A/B rounds")
+    s = rs.sequential_of(manifest)
+    if s:
+        lines.append(f"sequential: until decided, {s['min_rounds']}..{s['max_rounds']} A/B rounds"
+                     + (f" = looks after {s['min_units']}..{s['max_units']} server starts" if s["unit"] == "start"
+                        else ""))
     for st in starts:
         ws = [w for w in plan if w["start"] == st["start"]]
         lines.append(f"  start {st['start']} ({st['spec']}): " + " ".join(

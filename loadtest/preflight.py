@@ -56,7 +56,6 @@ SIM_CONFIG = "configs/sim/default.yaml"
 PLUGIN_ENTRY_POINT = "tts_predictor_variant"  # pyproject.toml, [project.entry-points."vllm.general_plugins"]
 PLUGIN_GROUP = "vllm.general_plugins"
 CONTAINER_HF = "/home/tts/.cache/huggingface"  # docker/serve.sh CONTAINER_HF
-SIM_READY_S = 60.0
 REQUEST_TIMEOUT_S = 120.0  # one short sentence; a real server answers in seconds once it is ready
 EXTRA_REQUESTS = 4  # more streamed requests while the sync sampler has not observed a call yet
 # GPUs the published numbers come from (H100 / H200 / GH200); another GPU runs, with a warning.
@@ -611,7 +610,7 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
         launch = ex.server_launch(exp, arm, 0, port_file=str(port_file))
         argv = list(launch.argv) + (["--control", str(control)] if control else [])
         spec = ServerSpec(cmd=argv, env=None, port_file=port_file, stop_wait_s=launch.stop_timeout_s)
-        ready_s = SIM_READY_S
+        ready_s = ex.SIM_READY_S
     else:
         port = free_port()
         launch = ex.server_launch(exp, arm, port, control_dir=str(control.parent) if control else None)

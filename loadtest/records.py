@@ -39,6 +39,12 @@ SUMMARY_SCHEMA = "tts-summary/2"  # summary.json (statistics)
 COMPARISON_SCHEMA = "tts-comparison/2"  # comparison.json (statistics)
 MICRO_SCHEMA = "tts-micro/1"  # results.json of the micro benchmark (tools/micro.py), read by the prediction
 PROGRESS_SCHEMA = "tts-progress/1"  # progress.json of a running A/B run: where it stands (the dashboard reads it)
+SIM_PROFILE_DIR = "sim"  # <run>/sim/<config name> (+ .fit.json): the simulator profiles a run used, copied in
+
+
+def sim_profile_copy(run_dir: str | os.PathLike, config_path: str) -> Path:
+    """Where a run folder keeps its copy of the simulator profile `config_path` (its fit beside it)."""
+    return Path(run_dir) / SIM_PROFILE_DIR / Path(config_path).name
 LEGACY = {REQUEST_SCHEMA: ("tts-request/1",), COUNTERS_SCHEMA: ("tts-counters/1",), RUN_SCHEMA: ("tts-run/1",),
           AB_SCHEMA: ("tts-ab/1",), BLOCK_SCHEMA: ("tts-block/1",)}
 RUN_MANIFESTS = (AB_SCHEMA, RUN_SCHEMA, *LEGACY[AB_SCHEMA], *LEGACY[RUN_SCHEMA])

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from loadtest import experiment as ex
 from loadtest import records as rec
+from loadtest import runsettings as rs
 from loadtest.backends import control_path, server_spec
 from loadtest.design import SWAPPED, rounds_of, starts_of
 from loadtest.plan import (
@@ -571,8 +572,9 @@ class Runner:
     # --- sequential looks -------------------------------------------------------------------------------------
 
     def look(self, windows: list[dict]) -> bool:
-        """After a completed round: run the sequential look and say whether the run stops here."""
-        seq = self.m.setdefault("sequential", {"looks": 0, "look_errors": [], "ignored_stops": []})
+        """After a completed unit (a round; a server start in a nested design): run the sequential look and say
+        whether the run stops here. Its log goes under runsettings.LOOK_LOG, beside the settings it reads."""
+        log = self.m.setdefault(rs.LOOK_LOG, {"looks": 0, "look_errors": [], "ignored_stops": []})
         self.write_progress("look")
         cmd = look_command(self.run)
         try:
@@ -587,29 +589,30 @@ class Runner:
         if err is None and (line is None or not isinstance(line.get("stop"), bool)):
             err = "looks.jsonl has no line with a boolean 'stop'"
         r = windows[0]["round"]
+        plan = self.m["plan"]
         if err is not None:
-            if not seq["look_errors"]:
-                print(f"warning: sequential look failed ({err}); the run goes on to its maximum rounds",
-                      file=sys.stderr, flush=True)
-            seq["look_errors"].append({"round": r, "error": err[:300]})
+            left = len({x["round"] for x in plan if x["round"] > r})
+            print(f"warning: sequential look after round {r} failed ({err}); this look cannot stop the run, "
+                  + (f"{left} round(s) left: the next look or the last round ends it" if left else
+                     "and it was the last round"), file=sys.stderr, flush=True)
+            log["look_errors"].append({"round": r, "error": err[:300]})
             self._save()
             return False
-        seq["looks"] += 1
+        log["looks"] += 1
         if not line["stop"]:
             self._save()
             return False
-        plan = self.m["plan"]
         done_rounds = {x["round"] for x in plan if x["round"] <= r}
         ab_done = len({x["round"] for x in plan if x["kind"] == "ab" and x["round"] in done_rounds})
         aa_left = [x["round"] for x in plan if x["kind"] == "aa" and x["round"] > r]
-        minimum = self.design["sequential"]["min_rounds"]
+        minimum = rs.sequential_of(self.m)["min_rounds"]
         if ab_done < minimum or aa_left:
             why = f"{ab_done} of the minimum {minimum} A/B rounds" if ab_done < minimum else \
                 f"A/A rounds {sorted(set(aa_left))} still to run"
-            seq["ignored_stops"].append({"round": r, "why": why})
+            log["ignored_stops"].append({"round": r, "why": why})
             self._save()
             return False
-        seq["stopped"] = {"after_round": r, "ab_rounds": ab_done, "reason": line.get("reason"), "look": line}
+        log["stopped"] = {"after_round": r, "ab_rounds": ab_done, "reason": line.get("reason"), "look": line}
         self.m["plan_not_run"] = [x for x in plan if x["round"] > r]
         self.m["plan"] = [x for x in plan if x["round"] <= r]
         self.m["starts"] = starts_of(self.m["plan"])
@@ -648,7 +651,8 @@ class Runner:
                               f"({', '.join(gave_up)})", flush=True)
                     continue
                 self.run_round(windows, *need)
-                if self.design.get("sequential") and self.look(windows):
+                seq = rs.sequential_of(self.m)
+                if seq and rs.look_due(self.m["plan"], windows[0]["round"], seq) and self.look(windows):
                     break
             self.m["status"] = "complete"
         except Interrupted:

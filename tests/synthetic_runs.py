@@ -1,7 +1,7 @@
 """Synthetic version-2 A/B run folders with known answers, written with the record contract's own dataclasses.
 
 Until the runner writes real version-2 runs, these are what the statistics and the report are tested on: manifest
-(tts-ab/2: experiment and arms, design, settings, sequential settings), the effective scenario, server starts
+(tts-ab/2: experiment and arms, design with its sequential settings, settings, the pre-registered analysis), the effective scenario, server starts
 (start.json with switches and evidence) and windows (block.json with level order, start, position, attempt;
 requests with continuity fields; counters with count and measure windows, control writes and snapshots that may
 carry vllm_omni series; telemetry samples). Every window runs a closed loop of c users per level whose latency the
@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from loadtest import records as rec
+from loadtest import runsettings as rs
 from tts_predictor import metrics as pm
 from tts_predictor.domain import CALLS_PER_STEP
 
@@ -155,9 +156,13 @@ def _telemetry(t0: float, t1: float, source: str, rng: np.random.Generator, busy
 def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = "fresh", noise: float = 0.05,
               seed: int = 1, simulated: bool = True, telemetry: str | None = "process", omni: bool = False,
               manifest: dict | None = None, scenario: dict | None = None, sim_config: str | None = None,
-              switches: bool | None = None) -> Path:
+              switches: bool | None = None, sequential: tuple[int | None, int] | None = None,
+              analysis: dict | None = None, planned_rounds: int | None = None) -> Path:
     """Write a version-2 run folder from window specs (in run order). `manifest` entries are merged over the
-    defaults; `switches` (default: design swap/nested) records a variant switch at each window's start."""
+    defaults; `switches` (default: design swap/nested) records a variant switch at each window's start.
+    `sequential` (min_rounds, max_rounds) and `analysis` (runsettings.analysis keywords) go where the planner puts
+    them, through the planner's own functions (loadtest.runsettings). `planned_rounds`: a run still in progress,
+    whose plan holds that many rounds (its later rounds not run yet)."""
     rng = np.random.default_rng(seed)
     order = random.Random(seed)
     run.mkdir(parents=True, exist_ok=True)
@@ -210,7 +215,7 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
     variants = {"A": next((w.variant for w in windows if w.arm == "A"), None),
                 "B": next((w.variant for w in windows if w.arm == "B" and w.kind == "ab"), None)}
     man = {"schema": rec.AB_SCHEMA, "run_id": run.name, "status": "complete", "variants": variants,
-           "backend": {"name": "sim" if simulated else "vllm", "simulated": simulated}, "design": design,
+           "backend": {"name": "sim" if simulated else "vllm", "simulated": simulated}, "design": {"name": design},
            "experiment": {"name": "synthetic", "idea": "known answers", "primary_metric": "throughput_rps",
                           "confounded": None,
                           "arms": {a: {"arm": a, "label": f"arm {a}", "backend": "sim" if simulated else "vllm",
@@ -221,6 +226,17 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
         man["sim_config"] = {"path": sim_config}
     for k, v in (manifest or {}).items():
         man[k] = v
+    last = max(w.round for w in windows)
+    for r in range(last + 1, planned_rounds or 0):
+        man["status"] = "running"
+        man["plan"] += [{"block_id": f"{len(man['plan']) + k:03d}-r{r}-ab-{arm}", "round": r, "kind": "ab",
+                         "arm": arm, "variant": variants[arm], "start": None, "position": k}
+                        for k, arm in enumerate("AB")]
+    ab_rounds = [w for w in windows if w.kind == "ab" and w.arm == "A"]
+    per_start = max((sum(x.start == w.start for x in ab_rounds) for w in ab_rounds), default=1)
+    rs.record(man, sequential=None if sequential is None else rs.sequential(
+        sequential[0], sequential[1], design=design, window_pairs=per_start if design == "nested" else None),
+        analysis=None if analysis is None else rs.analysis(**analysis))
     rec.write_json(run / "manifest.json", man)
     (run / "scenario.yaml").write_text(yaml.safe_dump({"steps": [{"concurrency": c} for c in levels],
                                                       **(scenario or {})}))
@@ -301,8 +317,8 @@ def showcase(run: Path, *, seed: int = 5, telemetry: str = "nvml", looks: bool =
             r += 1
     write_run(run, wins, design="nested", seed=seed, telemetry=telemetry, omni=True,
               sim_config="configs/sim/default.yaml",
-              manifest={"sequential": {"min_rounds": 2, "max_rounds": 6},
-                        "experiment": {"name": "showcase", "idea": "every part of the report",
+              sequential=(3, 9),
+              manifest={"experiment": {"name": "showcase", "idea": "every part of the report",
                                        "primary_metric": "throughput_rps",
                                        "confounded": "vllm-omni 0.16.0 + fixed vs 0.30.0 (synthetic)",
                                        "arms": {"A": {"arm": "A", "label": "0.16.0 original", "backend": "sim",

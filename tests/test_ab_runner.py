@@ -235,7 +235,7 @@ def test_nested_sequential_run_stops_when_the_look_says_so(tmp_path, monkeypatch
     man = json.loads((run / "manifest.json").read_text())
     looks, _ = records.read_jsonl(run / "looks.jsonl", records.LOOK_SCHEMA)
     assert [x["stop"] for x in looks] == [False, True]
-    assert man["sequential"]["stopped"]["after_round"] == 1 and man["status"] == "complete"
+    assert man["sequential_looks"]["stopped"]["after_round"] == 1 and man["status"] == "complete"
     assert len(man["plan"]) == 4 and len(man["plan_not_run"]) == 4
     blocks, starts = _blocks(run), _starts(run)
     assert len(blocks) == 4 and all(b["status"] == "complete" for b in blocks.values())

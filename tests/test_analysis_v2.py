@@ -327,11 +327,11 @@ def test_confounded_release_comparison_and_arm_info(tmp_path):
 # ----------------------------------------------------------------------------------------------- commands
 
 
-SEQ = {"sequential": {"min_rounds": 3, "max_rounds": 10}}
+SEQ = (3, 10)  # min_rounds, max_rounds
 
 
 def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
-    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, manifest=SEQ)
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, sequential=SEQ)
     assert cli.main([str(run), "--look"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "STOP" in out[0]
@@ -355,10 +355,15 @@ def test_look_appends_one_line_and_says_stop(tmp_path, capsys):
 
 
 def test_look_waits_for_min_rounds_and_refuses_a_fixed_run(tmp_path, capsys):
-    run = sr.fresh(tmp_path / "r", rounds=2, b_factor=1 / 1.05, manifest=SEQ)
+    run = sr.fresh(tmp_path / "r", rounds=2, b_factor=1 / 1.05, sequential=SEQ, planned_rounds=10)
     assert cli.main([str(run), "--look"]) == 0
     line = json.loads((run / "looks.jsonl").read_text().splitlines()[-1])
     assert line["stop"] is False and line["kind"] == "inconclusive" and line["rounds"] == 2
+    # the same two rounds as the whole plan: the look after the last unit decides, it never says continue
+    done = sr.fresh(tmp_path / "d", rounds=2, b_factor=1 / 1.05, sequential=SEQ)
+    assert cli.main([str(done), "--look"]) == 0
+    line = json.loads((done / "looks.jsonl").read_text().splitlines()[-1])
+    assert line["stop"] is True and line["reason"].startswith("last look") and line["kind"] == "inconclusive"
     fixed = sr.fresh(tmp_path / "f", rounds=2)
     capsys.readouterr()
     assert cli.main([str(fixed), "--look"]) == 2
@@ -491,7 +496,7 @@ def test_a_zero_spread_run_says_check_the_set_up(tmp_path):
 def test_a_sequential_run_with_a_failed_arm_claims_nothing_there(tmp_path):
     """Every c=8 request of B failed in round 0 of a sequential run: the sequential rule alone would see only the
     other rounds; the headline names the failure and c=8 gets no speed claim and no deciding interval."""
-    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, manifest=SEQ,
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, sequential=SEQ,
                    failures=lambda i, arm: {8: 10_000} if (i == 0 and arm == "B") else {})
     _, comp = summarize(run)
     head = comp["headline"]

@@ -57,8 +57,10 @@ ALLOWED = {
     "loadtest": {"tts_predictor", "ttssim.config"},  # experiment files validate a simulator arm's settings
     # the record contract and the metric table; omni_metrics says what the counters' vllm_omni series mean (their
     # per-window deltas); ttssim.fit is the fitted simulator model (pure arithmetic, no server) whose predicted
-    # difference the report shows beside the observed one, with the modules it needs
-    "ttsreport": {"tts_predictor", "loadtest.records", "loadtest.measures", "loadtest.omni_metrics", "ttssim.fit",
+    # difference the report shows beside the observed one, with the modules it needs; loadtest.runsettings is the
+    # one home of the settings a run fixes before it starts (sequential rule, pre-registered analysis)
+    "ttsreport": {"tts_predictor", "loadtest.records", "loadtest.runsettings", "loadtest.measures",
+                  "loadtest.omni_metrics", "ttssim.fit",
                   "ttssim.config", "ttssim.virtual", "ttssim.public", "ttssim.model"},
 }
 
@@ -86,6 +88,12 @@ def test_the_record_contract_is_light():
     assert ours(names) <= {"tts_predictor", "tts_predictor.metrics"}, ours(names)
     third_party = {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - set(OURS) - {"__future__"}
     assert not third_party, third_party
+
+
+def test_the_run_settings_are_standard_library_only():
+    names = imports("loadtest.runsettings", ALL["loadtest.runsettings"])
+    assert not ours(names), ours(names)
+    assert {n.split(".")[0] for n in names} <= set(sys.stdlib_module_names) | {"__future__"}, names
 
 
 def _closure(start: str) -> set[str]:

@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from loadtest import ab, plan
+from loadtest import experiment as ex
 from loadtest.design import aa_positions, level_order, make_plan, rounds_of, starts_of
 from loadtest.scenario import load_scenario, parse_scenario
 
@@ -221,8 +222,8 @@ def test_ready_timeout_pays_for_the_modelled_start_up():
                                  "sim_config": "configs/sim/fast.yaml"})
     slow = plan.experiment_for({"a": "original", "b": "fixed", "simulate": True,
                                 "sim_config": "configs/sim/h100-startup.yaml"})
-    assert plan.ready_timeout(quick) == plan.SIM_READY_S
-    assert plan.ready_timeout(slow) == plan.SIM_READY_S + 90.0
+    assert plan.ready_timeout(quick) == ex.SIM_READY_S
+    assert plan.ready_timeout(slow) == ex.SIM_READY_S + 90.0
     assert plan.ready_timeout(plan.experiment_for({"a": "original", "b": "fixed"})) == plan.ex.HEALTH_TIMEOUT_S
 
 

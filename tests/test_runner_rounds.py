@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from loadtest import ab, plan, records, runner
+from loadtest import runsettings as rs
 from loadtest.design import rounds_of
 from tts_predictor import metrics as m
 
@@ -111,11 +112,12 @@ def test_sequential_look_stops_only_after_the_minimum_and_every_aa_round(make_ru
             break
     ab_before = sum(1 for x in rounds[:decided + 1] if x[0]["kind"] == "ab")
     assert ab_before == 2 and decided == 2  # 1 A/A + 2 A/B rounds: the minimum
-    seq = r.m["sequential"]
+    seq = r.m[rs.LOOK_LOG]
+    assert r.m["design"]["sequential"]["max_rounds"] == 6  # the settings stay where the planner wrote them
     assert seq["stopped"]["after_round"] == 2 and seq["stopped"]["reason"] == stop["reason"] and seq["looks"] == 3
     assert len(seq["ignored_stops"]) == 2
     assert {w["round"] for w in r.m["plan"]} == {0, 1, 2} and {w["round"] for w in r.m["plan_not_run"]} == {3, 4, 5, 6}
-    assert json.loads((r.run / "manifest.json").read_text())["sequential"]["stopped"]["after_round"] == 2
+    assert json.loads((r.run / "manifest.json").read_text())[rs.LOOK_LOG]["stopped"]["after_round"] == 2
 
 
 def test_sequential_look_that_fails_or_says_go_on_never_stops(make_runner, monkeypatch, capsys):
@@ -125,9 +127,11 @@ def test_sequential_look_that_fails_or_says_go_on_never_stops(make_runner, monke
     r2 = make_runner("--until-decided", "--max-rounds", "3", "--aa-rounds", "0")
     _look(r2, monkeypatch, [{"stop": True}] * 3, rc=2)
     assert not any(r2.look(w) for w in rounds_of(r2.m["plan"]))
-    assert len(r2.m["sequential"]["look_errors"]) == 3 and "no --look here" in r2.m["sequential"]["look_errors"][0][
+    assert len(r2.m[rs.LOOK_LOG]["look_errors"]) == 3 and "no --look here" in r2.m[rs.LOOK_LOG]["look_errors"][0][
         "error"]
-    assert capsys.readouterr().err.count("sequential look failed") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all("sequential look after round" in e and "failed" in e for e in err)
+    assert "maximum rounds" not in "".join(err) and err[-1].endswith("it was the last round")
 
 
 def _snap(t, epoch, active, ok=True):

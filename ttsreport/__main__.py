@@ -1,7 +1,8 @@
 """`python -m ttsreport reports/<run>`: rebuild statistics and report from the stored files (partial runs too).
 
 `--look` appends the sequential rule's decision after the rounds so far to <run>/looks.jsonl (the runner's stop
-signal) and prints it; `--plan` writes <run>/plan.json from a nested pilot. Bad input: one line on stderr, exit 2.
+signal) and prints it; `--plan` writes <run>/plan.json from a nested pilot. Bad input: one line on stderr, exit 2;
+any other failure of the analysis: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ttsreport", description=__doc__.splitlines()[0])
     ap.add_argument("run", help="run folder, e.g. reports/<run>")
     ap.add_argument("--margin-pct", type=float, default=None,
-                    help="equivalence margin in %% (default: the run's scenario.yaml margin_pct, else the manifest "
-                         "settings, else 1)")
-    ap.add_argument("--confidence", type=float, default=0.95, help="confidence of every interval (default 0.95)")
+                    help="equivalence margin in %% (default: the run's pre-registered margin, recorded in its "
+                         "manifest; given, it overrides that and the report says so)")
+    ap.add_argument("--confidence", type=float, default=None,
+                    help="confidence of every interval (default: the run's pre-registered confidence, else 0.95)")
     ap.add_argument("--micro", help="results.json of `make micro` for the prediction (default: the counters)")
     what = ap.add_mutually_exclusive_group()
     what.add_argument("--look", action="store_true", help="sequential look: append one line to <run>/looks.jsonl")
@@ -53,8 +55,12 @@ def main(argv=None) -> int:
         index = write_report(run)
     except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
         msg = str(e).replace("\n", " ") if not isinstance(e, KeyError) else f"missing field {e}"
-        print(f"error: {msg}", file=sys.stderr)
+        print(f"error: {run}: {msg}", file=sys.stderr)
         return 2
+    except Exception as e:  # any other failure of the analysis: still one line and a non-zero exit, never a traceback
+        msg = str(e).replace("\n", " ")
+        print(f"error: {run}: the analysis failed ({type(e).__name__}: {msg})", file=sys.stderr)
+        return 1
     print(index)
     return 0
 

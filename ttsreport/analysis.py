@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
+from loadtest import runsettings as rs
 from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 
@@ -27,8 +28,7 @@ from . import rounds as rd
 from .blocks import METRICS, PRIMARY_METRIC, TELEMETRY_FIELDS, VERDICT_METRICS, block_summary, load_run, measure_edges
 from .prediction import model_prediction, prediction, read_micro, sim_setup
 
-DEFAULT_MARGIN_PCT = 1.0
-DEFAULT_MIN_ROUNDS = 3  # the sequential rule's first look when the manifest does not say
+DEFAULT_MARGIN_PCT = rs.DEFAULT_MARGIN_PCT
 BOOTSTRAP = 2000  # percentile bootstrap of the primary metric: a diagnostic beside the t interval, never the verdict
 CONTINUITY_KEYS = ("underrun_mean_s", "underrun_p90_s", "continuity_ok_share", "stream_rtf_p50")
 
@@ -37,8 +37,8 @@ CONTINUITY_KEYS = ("underrun_mean_s", "underrun_p90_s", "continuity_ok_share", "
 class Options:
     """What a caller may set; everything else comes from the run's own files."""
 
-    confidence: float = 0.95
-    margin_pct: float | None = None  # None: the run's scenario.yaml, else the manifest settings, else 1 %
+    confidence: float | None = None  # None: the run's pre-registered confidence, else 0.95
+    margin_pct: float | None = None  # None: the run's pre-registered margin (older folders: scenario.yaml), else 1 %
     micro: str | None = None  # results.json of `make micro` for the per-call prediction (default: the counters)
 
 
@@ -46,10 +46,17 @@ class Options:
 
 
 def margin_of(run: dict, override: float | None) -> tuple[float, str]:
-    """The equivalence margin in % and where it came from: --margin-pct, the effective scenario.yaml's
-    `margin_pct`, the manifest settings, or the default."""
+    """The equivalence margin in % and where it came from: --margin-pct (said to override the pre-registered
+    margin when there is one), the manifest's pre-registered analysis, then for older folders the effective
+    scenario.yaml's `margin_pct`, the manifest settings, or the default."""
+    pre = _analysis(run["manifest"]).get("margin_pct")
     if override is not None:
+        if pre is not None and float(pre) != float(override):
+            return float(override), f"--margin-pct, overriding the pre-registered ±{float(pre):g} %"
         return float(override), "--margin-pct"
+    if pre is not None:
+        where = (_analysis(run["manifest"]).get("source") or {}).get("margin_pct")
+        return float(pre), "pre-registered" + (f" ({where})" if where else "")
     scen = run.get("scenario") or {}
     if isinstance(scen, dict) and scen.get("margin_pct") is not None:
         return float(scen["margin_pct"]), "scenario.yaml"
@@ -59,39 +66,58 @@ def margin_of(run: dict, override: float | None) -> tuple[float, str]:
     return DEFAULT_MARGIN_PCT, "default"
 
 
+def confidence_of(manifest: dict, override: float | None) -> tuple[float, str]:
+    """The confidence of every interval and where it came from: --confidence, the pre-registered analysis, or
+    the default."""
+    if override is not None:
+        return float(override), "--confidence"
+    pre = _analysis(manifest).get("confidence")
+    return (float(pre), "pre-registered") if pre is not None else (rs.DEFAULT_CONFIDENCE, "default")
+
+
+def _analysis(manifest: dict) -> dict:
+    try:
+        return rs.analysis_of(manifest)
+    except rs.SettingsError as e:
+        raise ValueError(str(e)) from None
+
+
 def primary_of(manifest: dict) -> tuple[str, str]:
-    """The primary metric (the experiment's `primary_metric`, else throughput) and where it came from."""
-    exp = manifest.get("experiment") or {}
-    m = exp.get("primary_metric") if isinstance(exp, dict) else None
-    m = m or (manifest.get("settings") or {}).get("primary_metric")
+    """The primary metric (the pre-registered analysis's, else the experiment's `primary_metric`, else throughput)
+    and where it came from."""
+    m = _analysis(manifest).get("primary_metric")
+    src = "pre-registered"
+    if m is None:
+        exp = manifest.get("experiment") or {}
+        m = exp.get("primary_metric") if isinstance(exp, dict) else None
+        m = m or (manifest.get("settings") or {}).get("primary_metric")
+        src = "experiment"
     if m is None:
         return PRIMARY_METRIC, "default"
     if m not in VERDICT_METRICS:
         raise ValueError(f"manifest.json: primary_metric {m!r} is not one of {list(VERDICT_METRICS)}")
-    return m, "experiment"
+    return m, src
 
 
 def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict | None:
-    """The sequential settings of a run (None: a fixed design). Read from the manifest's design.sequential (what
-    loadtest.plan writes), its `sequential` mapping, settings.sequential, or settings until="decided" with max_rounds
-    / min_rounds; alpha defaults to 1 - confidence and the margin to the run's."""
-    settings = manifest.get("settings") or {}
-    design = manifest.get("design") if isinstance(manifest.get("design"), dict) else {}
-    # the plan's settings (design.sequential, as loadtest.plan writes them) come first: the runner keeps its record
-    # of the looks (counts, errors, the stop) under manifest["sequential"], without max_rounds
-    found = [c for c in (design.get("sequential"), manifest.get("sequential"), settings.get("sequential"))
-             if isinstance(c, dict)]
-    seq = next((c for c in found if c.get("max_rounds") is not None), found[0] if found else None)
+    """The sequential settings of a run (None: a fixed design), as the planner wrote them (loadtest.runsettings),
+    with alpha (1 - confidence unless recorded) and the margin (the run's unless recorded)."""
+    try:
+        seq = rs.sequential_of(manifest)
+    except rs.SettingsError as e:
+        raise ValueError(str(e)) from None
     if seq is None:
-        if settings.get("until") != "decided":
-            return None
-        seq = settings
-    max_rounds = seq.get("max_rounds")
-    if max_rounds is None:
-        raise ValueError("manifest.json: a sequential run without max_rounds")
-    return {"min_rounds": int(seq.get("min_rounds") or DEFAULT_MIN_ROUNDS), "max_rounds": int(max_rounds),
-            "alpha": float(seq.get("alpha") or round(1.0 - confidence, 12)),
+        return None
+    return {**seq, "alpha": float(seq.get("alpha") or round(1.0 - confidence, 12)),
             "margin_pct": float(seq["margin_pct"]) if seq.get("margin_pct") is not None else margin_pct}
+
+
+def plan_done(manifest: dict, blocks: list[dict]) -> bool:
+    """Whether the run's last planned round has run (so a sequential look here is its last): no planned round lies
+    beyond the latest round with a window on disk. A stopped run's plan ends where it stopped."""
+    planned = [w.get("round") for w in manifest.get("plan") or [] if isinstance(w, dict)]
+    ran = [b["meta"].get("round") for b in blocks if isinstance(b["meta"].get("round"), int)]
+    return bool(planned) and bool(ran) and max(ran) >= max(r for r in planned if isinstance(r, int))
 
 
 # ----------------------------------------------------------------------------------------------- comparisons
@@ -136,14 +162,17 @@ def headline_fixed(results: dict, alpha: float, scope: str | None = None) -> dic
 
 
 def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, seq: dict,
-                        fixed_results: dict | None = None, scope: str | None = None) -> dict:
-    """The primary metric over levels by the sequential rule on every unit so far (its repeated intervals).
+                        fixed_results: dict | None = None, scope: str | None = None, *, final: bool = False) -> dict:
+    """The primary metric over levels by the sequential rule on every unit so far (its repeated intervals), with the
+    boundary for the units the looks count (min_units..max_units: rounds, or starts in a nested design); `final`:
+    no unit is left to run, so this look decides.
 
     A level that the fixed analysis (`fixed_results`: compare_rounds per level) found failed or without spread is no
     claim here either: the sequential rule sees only the rounds that produced a ratio."""
     d = {lv: unit_log_ratios(pairs, lv, metric, unit) for lv in levels}
-    look = inf.sequential_look(d, min_rounds=seq["min_rounds"], max_rounds=seq["max_rounds"], alpha=seq["alpha"],
-                               margin_pct=seq["margin_pct"], higher_is_better=METRICS[metric].better == "higher")
+    look = inf.sequential_look(d, min_rounds=seq["min_units"], max_rounds=seq["max_units"], alpha=seq["alpha"],
+                               margin_pct=seq["margin_pct"], higher_is_better=METRICS[metric].better == "higher",
+                               final=final)
     out = {**look, "rule": "sequential", "correction": look["rule"], "settings": seq, "scope": scope}
     kinds = {}
     ps = {lv: r["p_sequential"] for lv, r in out["levels"].items() if r.get("p_sequential") is not None}
@@ -156,8 +185,8 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
             row.update(kind=fixed["kind"], text=fixed["text"])
         elif row["kind"] in ("faster", "slower"):
             a_k = seq["alpha"] / (len(ps) - step[lv])
-            row["ci_decision"] = inf.sequential_claim_interval(d[lv], min_rounds=seq["min_rounds"],
-                                                               max_rounds=seq["max_rounds"], alpha_step=a_k)
+            row["ci_decision"] = inf.sequential_claim_interval(d[lv], min_rounds=seq["min_units"],
+                                                               max_rounds=seq["max_units"], alpha_step=a_k)
             row["ci_decision_what"] = f"Holm step {step[lv] + 1} of {len(ps)}: repeated interval at alpha {a_k:.3g}"
         elif row["kind"] == "equivalent":
             row["ci_decision"] = row.get("ci_equivalence")
@@ -447,15 +476,16 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
 def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict, dict]:
     """Compute summary.json and comparison.json for a run folder (pure: reads files, returns dicts)."""
     o = options or Options()
-    inf._check_confidence(o.confidence)
     run = load_run(run_dir)
     man = run["manifest"]
+    confidence, _src = confidence_of(man, o.confidence)
+    inf._check_confidence(confidence)
     design = rd.design_of(man)
     unit = rd.DESIGN_UNITS[design]
     margin, margin_src = margin_of(run, o.margin_pct)
     inf._check_margin(margin)
     primary, primary_src = primary_of(man)
-    seq = sequential_of(man, margin, o.confidence)
+    seq = sequential_of(man, margin, confidence)
     summaries = [block_summary(b, run["starts"].get(b["meta"].get("start")), within=design == "nested")
                  for b in run["blocks"]]
     levels = sorted({lv for b in summaries for lv in b["levels"]}, key=int)
@@ -465,16 +495,21 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
     backend_name = backend.get("name") if isinstance(backend, dict) else backend
     simulated = backend_name in ("sim", "simulated", "simulator") or any(b["simulated_counters"] for b in summaries)
     exp = man.get("experiment") if isinstance(man.get("experiment"), dict) else {}
-    setup = sim_setup(man) if simulated else None
+    setup = sim_setup(man, run_dir) if simulated else None
     planned = len(man.get("plan") or [])
     complete = sum(b["status"] == "complete" for b in summaries)
     partial = (man.get("status") not in (None, "complete")) or (planned and complete < planned) or \
         any(b["status"] == "interrupted" for b in summaries)
     invalid = [{"block_id": b["block_id"], "round": b["round"], "kind": b["kind"], "arm": b["arm"],
                 "variant": b["variant"], "reason": b["invalid_reason"]} for b in summaries if not b["valid"]]
+    warnings = _warnings(run, summaries, levels)
+    if setup is not None and setup["from_checkout"] and setup["fit"] is not None:
+        warnings.append(f"this run folder carries no copy of its simulator profile (written before runs did): the "
+                        f"model prediction reads {setup['config']} from this checkout, which may have been refitted "
+                        "since the run")
     summary = {
         "schema": SUMMARY_SCHEMA, "run_id": man.get("run_id", Path(run_dir).name), "run_dir": str(run_dir),
-        "warnings": _warnings(run, summaries, levels), "notes": run["notes"],
+        "warnings": warnings, "notes": run["notes"],
         "experiment": {"name": exp.get("name"), "idea": exp.get("idea"), "confounded": exp.get("confounded"),
                        "primary_metric": primary},
         "arms_info": _arms_info(man, run["starts"], variants, summaries),
@@ -494,7 +529,8 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
         "looks": run["looks"],
     }
     comparison = compare(summaries, levels, design=design, primary=primary, margin_pct=margin,
-                         confidence=o.confidence, sequential=seq)
+                         confidence=confidence, sequential=seq,
+                         final_look=man.get("status") == "complete" or plan_done(man, run["blocks"]))
     comparison["settings"].update(margin_source=margin_src, primary_source=primary_src)
     micro = read_micro(o.micro)
     a_blocks = [b for b in summaries if b["valid"] and b["arm"] == "A" and b["kind"] == "ab"]
@@ -518,7 +554,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
 
 def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", primary: str = PRIMARY_METRIC,
             margin_pct: float = DEFAULT_MARGIN_PCT, confidence: float = 0.95, sequential: dict | None = None,
-            metrics: tuple[str, ...] = VERDICT_METRICS) -> dict:
+            final_look: bool = False, metrics: tuple[str, ...] = VERDICT_METRICS) -> dict:
     """comparison.json (without the predictions) from window summaries: also what tools/calibrate.py runs on each
     drawn experiment."""
     unit, scope = rd.DESIGN_UNITS[design], rd.DESIGN_SCOPE[design]
@@ -553,7 +589,8 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
         fixed["metric"] = primary
         headline = fixed
         if sequential:
-            headline = headline_sequential(ab, levels, primary, unit, sequential, primary_results, scope)
+            headline = headline_sequential(ab, levels, primary, unit, sequential, primary_results, scope,
+                                           final=final_look)
             headline["metric"] = primary
     clean = _without_failures(ab, levels, primary, unit, margin_pct, confidence, fixed, alpha)
     aa_warn = [f"c={lv}: {per_level[lv]['aa'][primary]['text']}" for lv in levels

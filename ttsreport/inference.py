@@ -15,6 +15,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import special as sc
 
+from loadtest.runsettings import MAX_SEQ_UNITS, MIN_UNITS
+
 KINDS = ("faster", "slower", "equivalent", "inconclusive", "failed", "no_spread")
 CLAIMS = ("faster", "slower", "equivalent")  # the kinds that say something about the arms
 NO_SPREAD_LOG = 1e-5  # per-unit sd of ln(B/A) below this (0.001 %) is "no spread: check the set-up", never a claim
@@ -23,6 +25,7 @@ SPREAD_BOUND = 0.8  # one-sided confidence of the upper bound on the spread that
 MAX_UNITS = 10_000  # beyond this many rounds (or starts) a target counts as out of reach
 OUT_OF_REACH = 200  # more units than this, at the spread's upper bound, is "out of reach at this noise"
 SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
+LOG_BOUND_CAP = math.log(1e6)  # a repeated interval's bound beyond a ratio of 1e6 (or 1e-6) is shown there: unbounded
 SEQ_SEED = 20260  # fixed: the boundary is a deterministic function of (min_rounds, max_rounds, alpha)
 
 
@@ -593,7 +596,7 @@ def sequential_boundary(min_rounds: int, max_rounds: int, alpha: float, *, one_s
     c = _mc_quantile(one if one_sided else two, alpha)
     looks = np.arange(min_rounds, max_rounds + 1)
     z = c / np.sqrt(looks / max_rounds)
-    t = -sc.stdtrit(looks - 1, sc.ndtr(-z))
+    t = _t_of_tail(looks - 1, sc.ndtr(-z))
     return {"C": c, "looks": looks.tolist(), "z": z.tolist(), "t": t.tolist(), "alpha": alpha,
             "one_sided": one_sided, "paths": SEQ_PATHS, "seed": SEQ_SEED}
 
@@ -601,16 +604,25 @@ def sequential_boundary(min_rounds: int, max_rounds: int, alpha: float, *, one_s
 def _check_rounds(min_rounds: int, max_rounds: int) -> None:
     if int(min_rounds) != min_rounds or int(max_rounds) != max_rounds:
         raise ValueError("min_rounds and max_rounds must be whole numbers")
-    if not 2 <= min_rounds <= max_rounds:
-        raise ValueError(f"need 2 <= min_rounds <= max_rounds, got {min_rounds}, {max_rounds}")
-    if max_rounds > 1000:
-        raise ValueError(f"max_rounds {max_rounds} > 1000: use a fixed design (the boundary is simulated per look)")
+    if not MIN_UNITS <= min_rounds <= max_rounds:
+        raise ValueError(f"need {MIN_UNITS} <= min_rounds <= max_rounds, got {min_rounds}, {max_rounds}")
+    if max_rounds > MAX_SEQ_UNITS:
+        raise ValueError(f"max_rounds {max_rounds} > {MAX_SEQ_UNITS}: use a fixed design (the boundary is simulated per "
+                         "look)")
 
 
 def _t_crit(looks: np.ndarray, c: float, max_rounds: int) -> np.ndarray:
     """Critical |t| at each look n: the t value with the same tail probability as z = C / sqrt(n / max_rounds)."""
     z = c / np.sqrt(looks / max_rounds)
-    return -sc.stdtrit(looks - 1, sc.ndtr(-z))
+    return _t_of_tail(looks - 1, sc.ndtr(-z))
+
+
+def _t_of_tail(df, tail):
+    """The t value (df degrees of freedom) with upper-tail probability `tail`; +inf where the tail underflowed to 0
+    (stdtrit(df, 0) is -inf, which would flip an interval inside out)."""
+    tail = np.asarray(tail, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tail > 0, -sc.stdtrit(df, np.where(tail > 0, tail, 0.5)), np.inf)
 
 
 def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff: float, c_eq: float,
@@ -642,6 +654,10 @@ def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff
     lo_e, hi_e = np.maximum.accumulate(mean - he), np.minimum.accumulate(mean + he)
     inside = np.flatnonzero((lo_e > -delta) & (hi_e < delta))
     lo_d, hi_d = float(np.max(mean - hd)), float(np.min(mean + hd))
+    # early looks have boundaries of thousands of se (t with 1-2 df at a tiny tail): bounds stay finite on the log
+    # scale, clipped at +-LOG_BOUND_CAP, so exp() and JSON never see an overflow or an infinity
+    lo_d, hi_d = max(lo_d, -LOG_BOUND_CAP), min(hi_d, LOG_BOUND_CAP)
+    lo_e, hi_e = np.clip(lo_e, -LOG_BOUND_CAP, LOG_BOUND_CAP), np.clip(hi_e, -LOG_BOUND_CAP, LOG_BOUND_CAP)
     out.update(p_sequential=_mc_pvalue(two, m_obs), ci_log=[lo_d, hi_d],
                ci_equivalence_log=[float(lo_e[-1]), float(hi_e[-1])],
                equivalent_at=int(looks[inside[0]]) if inside.size else None,
@@ -650,7 +666,7 @@ def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff
 
 
 def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_rounds: int, max_rounds: int,
-                    alpha: float = 0.05, margin_pct: float, higher_is_better: bool) -> dict:
+                    alpha: float = 0.05, margin_pct: float, higher_is_better: bool, final: bool = False) -> dict:
     """The state of a sequential experiment after `look` rounds: may it stop, and what does it say per level?
 
     `d_values_by_level` maps a level to its per-round ln(B/A) (None/NaN = missing round; see log_ratios); only the
@@ -658,7 +674,9 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
     holds whatever happens in between. Per level: a sequential t test whose boundary has the O'Brien-Fleming shape,
     calibrated on the exact (pivotal) null distribution of the t path; Holm over levels on its sequential p-values
     decides differences; the repeated interval at one-sided alpha per side (intersected over looks) decides
-    equivalence. Every claim, once made, stays. stop: every level decided, or max_rounds reached.
+    equivalence. Every claim, once made, stays. stop: every level decided, max_rounds reached, or `final` (the
+    plan has no unit left, e.g. units were lost to failed windows): the last look decides, it never says continue.
+    min_rounds / max_rounds count the units of `d_values_by_level` (rounds, or server starts in a nested design).
     """
     _check_rounds(min_rounds, max_rounds)
     margin = _check_margin(margin_pct)
@@ -724,9 +742,10 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
     kind, text = _headline(kinds)
     decided = all(k != "inconclusive" for k in kinds.values())
     at_max = rounds_seen >= max_rounds
-    stop = decided or at_max
+    stop = decided or at_max or final
     reason = ("every level decided" if decided else f"max_rounds ({max_rounds}) reached: undecided levels stay "
-              "inconclusive" if at_max else "continue: not every level is decided")
+              "inconclusive" if at_max else f"last look ({rounds_seen} of {max_rounds} units, no unit left to run): "
+              "undecided levels stay inconclusive" if final else "continue: not every level is decided")
     return {"stop": stop, "reason": reason, "decided": decided, "kind": kind, "text": text, "look": rounds_seen,
             "levels": per_level, "alpha": alpha, "margin_pct": margin, "notes": notes,
             "rule": (f"sequential t test after every round from {min_rounds} to {max_rounds}; O'Brien-Fleming shaped "

@@ -1,9 +1,11 @@
 """`python -m ttsreport <run> --look`: the sequential rule after the rounds completed so far, one line appended to
 `<run>/looks.jsonl` (schema tts-look/1) for the runner to read (stop or continue).
 
-The look runs inference.sequential_look on the primary metric at every level, over the valid A/B rounds so far (per
-server start in a nested design), with the manifest's sequential settings. The rule replays every earlier look, so
-its answer depends only on the rounds, never on how often it was asked.
+The look runs the sequential rule (analysis.headline_sequential) on the primary metric at every level, over the
+valid A/B rounds so far (per server start in a nested design: the runner looks once per start), with the manifest's
+sequential settings and a boundary for the number of units the looks count. The look after the plan's last unit
+decides (stop). The rule replays every earlier look, so its answer depends only on the rounds, never on how often it
+was asked.
 """
 
 from __future__ import annotations
@@ -12,21 +14,29 @@ from pathlib import Path
 
 from loadtest import records as rec
 
-from . import inference as inf
 from . import rounds as rd
-from .analysis import margin_of, primary_of, sequential_of, unit_log_ratios
-from .blocks import METRICS, block_summary, load_run
+from .analysis import (
+    compare_metric,
+    confidence_of,
+    headline_sequential,
+    margin_of,
+    plan_done,
+    primary_of,
+    sequential_of,
+)
+from .blocks import block_summary, load_run
 
 LOOKS_FILE = "looks.jsonl"
 
 
-def look(run_dir: str | Path, *, margin_pct: float | None = None, confidence: float = 0.95) -> dict:
+def look(run_dir: str | Path, *, margin_pct: float | None = None, confidence: float | None = None) -> dict:
     """The look line (not yet written): stop, reason, headline kind and per-level decisions with repeated intervals."""
     run = load_run(run_dir)
     man = run["manifest"]
     if not man:
         raise ValueError(f"{run_dir}: no manifest.json (not an A/B run)")
     margin, _src = margin_of(run, margin_pct)
+    confidence, _src = confidence_of(man, confidence)
     seq = sequential_of(man, margin, confidence)
     if seq is None:
         raise ValueError(f"{run_dir}: the manifest has no sequential settings (max_rounds): not a sequential run")
@@ -38,19 +48,23 @@ def look(run_dir: str | Path, *, margin_pct: float | None = None, confidence: fl
     levels = sorted({lv for b in summaries if b["valid"] for lv in b["levels"]}, key=int)
     base = {"schema": rec.LOOK_SCHEMA, "round": max(pairs) if pairs else None, "rounds": len(pairs), "unit": unit,
             "metric": primary, "min_rounds": seq["min_rounds"], "max_rounds": seq["max_rounds"],
-            "alpha": seq["alpha"], "margin_pct": seq["margin_pct"]}
+            "min_units": seq["min_units"], "max_units": seq["max_units"], "alpha": seq["alpha"],
+            "margin_pct": seq["margin_pct"]}
+    final = plan_done(man, run["blocks"])
     if not levels:
-        return {**base, "stop": False, "reason": "continue: no valid A/B round yet", "kind": "inconclusive",
-                "text": "no valid A/B round yet", "levels": {}}
-    d = {lv: unit_log_ratios(pairs, lv, primary, unit) for lv in levels}
-    res = inf.sequential_look(d, min_rounds=seq["min_rounds"], max_rounds=seq["max_rounds"], alpha=seq["alpha"],
-                              margin_pct=seq["margin_pct"], higher_is_better=METRICS[primary].better == "higher")
+        return {**base, "stop": final, "kind": "inconclusive", "text": "no valid A/B round yet", "levels": {},
+                "reason": "last look: no valid A/B round, nothing decided" if final else
+                "continue: no valid A/B round yet"}
+    # the look names a failed arm or a level without spread as the report does (no speed claim there)
+    fixed = {lv: compare_metric(pairs, lv, primary, unit=unit, margin_pct=seq["margin_pct"], confidence=confidence,
+                                bootstrap=0, scope=rd.DESIGN_SCOPE[design]) for lv in levels}
+    res = headline_sequential(pairs, levels, primary, unit, seq, fixed, rd.DESIGN_SCOPE[design], final=final)
     if unit == "start":
         base["starts"] = res["look"]
     return {**base, "stop": res["stop"], "reason": res["reason"], "kind": res["kind"], "text": res["text"],
             "levels": {lv: {k: r[k] for k in ("kind", "n", "ratio", "ci", "ci_equivalence", "p_holm", "equivalent_at",
                                               "text")} for lv, r in res["levels"].items()},
-            "notes": res["notes"], "rule": res["rule"]}
+            "notes": res["notes"], "rule": res["correction"]}
 
 
 def append_look(run_dir: str | Path, line: dict) -> Path:

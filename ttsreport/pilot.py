@@ -24,7 +24,7 @@ from loadtest import records as rec
 
 from . import inference as inf
 from . import rounds as rd
-from .analysis import primary_of
+from .analysis import confidence_of, primary_of
 from .blocks import block_summary, load_run
 
 PLAN_FILE = "plan.json"
@@ -59,7 +59,7 @@ def costs(run: dict, summaries: list[dict], pairs: dict) -> dict:
             "from": {"starts": len(start_s), "window_pairs": len(pair_s)}}
 
 
-def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: float = 0.95) -> dict:
+def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: float | None = None) -> dict:
     """plan.json's content (not yet written) from a nested pilot run."""
     if not (math.isfinite(target_halfwidth_pct) and target_halfwidth_pct > 0):
         raise ValueError(f"--target-halfwidth-pct must be a number > 0, got {target_halfwidth_pct!r}")
@@ -68,6 +68,7 @@ def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: 
     if not man:
         raise ValueError(f"{run_dir}: no manifest.json (not an A/B run)")
     design = rd.design_of(man)
+    confidence, _src = confidence_of(man, confidence)
     primary, _ = primary_of(man)
     summaries = [block_summary(b, run["starts"].get(b["meta"].get("start"))) for b in run["blocks"]]
     pairs = rd.paired_rounds(summaries, "ab")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.records import MICRO_SCHEMA
+from loadtest.records import MICRO_SCHEMA, sim_profile_copy
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ, DECODE_CALLS_PER_STEP, PREFILL_CALLS_PER_STEP
 from ttssim import fit as sim_fit
 from ttssim.config import load_config
@@ -102,11 +102,13 @@ def _repo_path(path: str) -> Path:
     return p if p.is_absolute() or p.exists() else ROOT / p
 
 
-def sim_setup(manifest: dict) -> dict | None:
+def sim_setup(manifest: dict, run_dir: str | Path | None = None) -> dict | None:
     """The simulator config a simulated run used (arm A's), its overrides and its stored fit; None for a real run.
 
     Version 1 and the shorthand runs record `sim_config.path` and `settings.sim_set`; an experiment run records each
-    arm's `sim_config` and `sim_set` (loadtest.experiment.arm_manifest)."""
+    arm's `sim_config` and `sim_set` (loadtest.experiment.arm_manifest). The profile and its fit are read from the
+    run folder's copy (loadtest.records.sim_profile_copy); a folder written before runs carried one falls back to
+    this checkout's file, and `from_checkout` says so."""
     arms = ((manifest.get("experiment") or {}).get("arms") or manifest.get("arms") or {})
     arm_a = arms.get("A") if isinstance(arms, dict) else None
     path = sets = None
@@ -118,9 +120,11 @@ def sim_setup(manifest: dict) -> dict | None:
         return None
     sets = list(sets if sets is not None else (manifest.get("settings") or {}).get("sim_set") or [])
     out = {"config": path, "sim_set": sets, "fit": None, "fidelity": None, "reason": None}
-    cfg_path = _repo_path(path)
+    copy = sim_profile_copy(run_dir, path) if run_dir is not None else None
+    cfg_path = copy if copy is not None and copy.is_file() else _repo_path(path)
+    out["file"], out["from_checkout"] = cfg_path, cfg_path != copy
     if not cfg_path.is_file():
-        out["reason"] = f"{path} not found beside this checkout: no model prediction"
+        out["reason"] = f"{path} not found in the run folder or beside this checkout: no model prediction"
         return out
     fit = sim_fit.load_fit(cfg_path)
     if fit is None:
@@ -152,7 +156,7 @@ def model_prediction(setup: dict | None, level: str, a_blocks: list[dict], a_req
         out["reason"] = "no ok request of arm A at this level"
         return out
     try:
-        cfg = load_config(_repo_path(setup["config"]), setup.get("sim_set") or [])
+        cfg = load_config(setup.get("file") or _repo_path(setup["config"]), setup.get("sim_set") or [])
         est, lo, hi = sim_fit.effect_interval(sim_fit.fit_from_dict(setup["fit"]), cfg, int(level), frames, va, vb)
     except (ValueError, KeyError) as e:
         out["reason"] = f"model prediction failed: {e}"

@@ -351,7 +351,9 @@ def looks_section(summary: dict, comparison: dict) -> Section | None:
         return None
     sec = Section("looks", "Sequential looks")
     if seq:
-        sec.parts.append(f"Sequential run: looks after every round from {seq['min_rounds']} to {seq['max_rounds']}, "
+        unit = seq.get("unit") or "round"
+        sec.parts.append(f"Sequential run: looks after every {unit} from {seq.get('min_units', seq['min_rounds'])} "
+                         f"to {seq.get('max_units', seq['max_rounds'])} {unit}s (the last look decides), "
                          f"alpha {seq['alpha']:g}, margin ±{seq['margin_pct']:g} %. "
                          + (comparison.get("headline") or {}).get("correction", ""))
     rows = [[str(i + 1), str(x.get("rounds")), ("STOP", "k-faster") if x.get("stop") else "continue",
@@ -555,7 +557,7 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
             settle = DASH
         elif (head or {}).get("rule") == "sequential":
             settle = f"the sequential rule looks again after every {res.get('unit')}, up to " \
-                     f"{head['settings']['max_rounds']}"
+                     f"{head['settings'].get('max_units', head['settings']['max_rounds'])}"
         else:
             why = row.get("rounds_needed_assumption") or ""
             settle = (f"about {need} more {res.get('unit')}(s), under the sequential rule" if need else

@@ -201,6 +201,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Si
 # Settings a running simulator takes up at a step boundary from its control file's "sim" object
 # ({"model.extra_step_pct": 1.0, ...}): the known-answer delays, so two arms that differ only in them can share one
 # server start (hot swap: designs swap and nested). Everything else needs a restart.
+FIT_SUFFIX = ".fit.json"  # a profile's fit lives beside it: <config>.fit.json (ttssim.fit writes and reads it)
 HOT_SETTINGS = ("model.extra_step_pct", "model.extra_step_ms")
 
 

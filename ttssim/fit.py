@@ -26,10 +26,9 @@ from tts_predictor import domain
 from tts_predictor import metrics as M
 
 from . import public, virtual
-from .config import SimConfig, load_config
+from .config import FIT_SUFFIX, SimConfig, load_config
 
 REPO = Path(__file__).resolve().parent.parent
-FIT_SUFFIX = ".fit.json"
 
 
 # --- predictions of the public metrics ------------------------------------------------------------------------
