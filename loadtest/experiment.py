@@ -11,13 +11,15 @@ The A/B runner calls (the module has no other side effects):
   images(exp, model_revision=None) -> [Command]    pull, build, fetch the model: run once before block 1, untimed
   server_launch(arm, port, ...) -> Launch          argv + env of one block's server, its health URL and stop budget
   check_evidence(arm, server_log_text, metrics_rows) -> (ok, reason)   the arm's manipulation check (pure)
-  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none)
+  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none, its
+                                                   base image digest or a tag-only warning)
 All docker commands are written in docker/serve.sh alone; an arm only chooses its environment and arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -512,6 +514,8 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
             "SIMULATED (ttssim)" if arm.backend == "sim" else
             f"vllm-omni {arm.vllm_omni}, image {arm.image} on {arm.base_image}"))
         out.append(f"# evidence: {_describe(arm.evidence)}")
+        if pin_warning(arm):
+            out.append(f"# WARNING: {pin_warning(arm)}")
         if arm.backend == "sim":
             out.append(shlex.join(launch.argv))
             out.append(f"# health: poll {launch.health_url}; stop: SIGTERM")
@@ -534,6 +538,38 @@ def _describe(ev: Evidence) -> str:
     return "; ".join(parts)
 
 
+def pinned_digest(base_image: str | None) -> str | None:
+    """The sha256 digest a base image reference pins (`repo:tag@sha256:...`), None for a tag-only reference."""
+    if not base_image or "@" not in base_image:
+        return None
+    return base_image.split("@", 1)[1]
+
+
+def pin_warning(arm: Arm) -> str | None:
+    """A tag can be re-pushed, so two runs of the same file may run different images; only a digest pins."""
+    if arm.backend != "vllm" or pinned_digest(arm.base_image):
+        return None
+    return (f"arm {arm.name}: base image {arm.base_image} is pinned by tag only (a tag can be re-pushed); write "
+            f"base_image: {arm.base_image}@sha256:<digest> (docs/gpu-host.md, \"Pinning the base images\")")
+
+
+def local_digests(image: str, run=subprocess.run) -> list[str]:
+    """The repository digests Docker holds for a pulled image (`docker image inspect .RepoDigests`); [] when Docker
+    or the image is not there. What a tag-only arm actually ran, recorded next to the tag."""
+    try:
+        p = run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image], capture_output=True,
+                text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if p.returncode != 0:
+        return []
+    try:
+        found = json.loads(p.stdout or "[]") or []
+    except ValueError:
+        return []
+    return sorted(d for d in found if isinstance(d, str) and "@sha256:" in d)
+
+
 def arm_manifest(arm: Arm) -> dict[str, Any]:
     """The arm as the run manifest records it; says whether our plugin is in the image, and why not when it is not."""
     if arm.backend == "sim":
@@ -544,7 +580,9 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
-            "base_image": arm.base_image, "image": arm.image, "plugin": plugin, "stages": arm.stages,
+            "base_image": arm.base_image, "base_image_digest": pinned_digest(arm.base_image),
+            "base_image_pin": "digest" if pinned_digest(arm.base_image) else "tag only",
+            "pin_warning": pin_warning(arm), "image": arm.image, "plugin": plugin, "stages": arm.stages,
             "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
             "evidence": _describe(arm.evidence)}
 

@@ -447,6 +447,9 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     }
     env = environment(images)
     manifest["backend"]["image_digest"] = env.pop("image_digest", None)
+    # what each base image tag resolved to on this host (a tag-only pin is otherwise unrecoverable afterwards)
+    manifest["backend"]["base_image_digests"] = {b: ex.local_digests(b) for b in sorted(
+        {x.base_image for x in arms.values() if x.backend == "vllm" and x.base_image})} or None
     manifest["git_revision"] = env.pop("git_revision")
     manifest["host"] = env
     write_json(run / "manifest.json", manifest)
