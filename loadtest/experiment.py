@@ -276,8 +276,8 @@ def _arm(path: str, name: str, r: _Reader) -> Arm:
         raise ExperimentError(f"{path}: {r.key('base_image')}: tag {tag} does not match vllm_omni {version}")
     server_args = r.strings("server_args")
     for i, a in enumerate(server_args):
-        if a in ("--host", "--port", "--stage-configs-path", "--deploy-config", "--served-model-name", "--revision",
-                 "--tokenizer-revision") or a.split("=")[0] in ("--host", "--port"):
+        if a.split("=")[0] in ("--host", "--port", "--stage-configs-path", "--deploy-config", "--served-model-name",
+                               "--revision", "--tokenizer-revision", "--stage-init-timeout", "--init-timeout"):
             raise ExperimentError(f"{path}: {r.key('server_args')}[{i}]: {a} is set by docker/serve.sh; "
                                   "use the arm's own key (stages/deploy) or the experiment's model")
     if version == PLUGIN_VERSION:
@@ -568,6 +568,16 @@ def local_digests(image: str, run=subprocess.run) -> list[str]:
     except ValueError:
         return []
     return sorted(d for d in found if isinstance(d, str) and "@sha256:" in d)
+
+
+# docker/serve.sh says before each start whether the image's compile-cache folder held anything (warm) or not (cold)
+_CACHE_LINE = re.compile(r"^serve\.sh: compile cache (cold|warm): ", re.M)
+
+
+def compile_cache_state(server_log_text: str | None) -> str | None:
+    """"cold" or "warm" for a start of docker/serve.sh (its server log), None when the log does not say."""
+    m = _CACHE_LINE.search(server_log_text or "")
+    return m.group(1) if m else None
 
 
 def arm_manifest(arm: Arm) -> dict[str, Any]:

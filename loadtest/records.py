@@ -257,6 +257,7 @@ class StartRecord:
     windows: list[str] = field(default_factory=list)  # block ids, in order
     evidence: dict[str, Any] | None = None  # the arm's evidence check: {"ok": bool, "reason": str | None}
     switches: list[dict[str, Any]] = field(default_factory=list)  # {"t", "variant", "epoch", "confirmed_t"}
+    compile_cache: str | None = None  # "cold" | "warm": docker/serve.sh's compile-cache line; None: the simulator
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": START_SCHEMA, **asdict(self)}

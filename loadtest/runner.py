@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loadtest import experiment as ex
+from loadtest import pinning
 from loadtest import records as rec
 from loadtest.backends import control_path, server_spec
 from loadtest.design import SWAPPED, rounds_of, starts_of
@@ -245,6 +246,18 @@ class Runner:
         self.m["preparation"] = {"ok": True, "steps": steps}
         self._save()
 
+    def pin_cpus(self) -> None:
+        """A GPU server gets one NUMA node (docker/serve.sh, the same loadtest.pinning plan): the runner and every
+        Locust process it starts from now on run on the other CPUs. The plan and the governor go in the manifest."""
+        try:
+            plan = pinning.plan(int(os.environ.get("SERVER_NUMA_NODE") or 0))
+        except ValueError as e:
+            raise PreparationFailed(str(e)) from None
+        self.m["cpu"] = pinning.describe(plan)
+        if self.s.get("backend") == "vllm":
+            self.m["cpu"]["load_generator_affinity"] = pinning.format_cpulist(pinning.pin_load_generator(plan))
+        self._save()
+
     # --- server starts --------------------------------------------------------------------------------------
 
     def _next_start_id(self) -> int:
@@ -298,6 +311,7 @@ class Runner:
             raise RuntimeError(str(e)) from None
         record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
         record.status, record.reason = "ready", None
+        record.compile_cache = ex.compile_cache_state(server.log_tail(200_000))
         self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None,
                             w["spec"] if control else None)
         self.active.save()
@@ -592,6 +606,7 @@ class Runner:
         self.m["telemetry"] = describe_telemetry(self.nvml or None, self.s.get("backend", "sim"))
         self._save()
         try:
+            self.pin_cpus()
             self.prepare()
             for windows in rounds_of(list(self.m["plan"])):
                 if self.stop:
