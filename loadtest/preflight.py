@@ -45,6 +45,7 @@ from loadtest.prompts import load_corpus, load_voice, speech_payload
 from loadtest.records import PREFLIGHT_SCHEMA, signature_holds, write_json
 from loadtest.scraper import http_get, parse_metrics
 from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port
+from loadtest.telemetry import Nvml, container_gpus, gpus_spec
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import VARIANT_NAMES
@@ -189,7 +190,9 @@ def _last_line(text: str, limit: int = 300) -> str:
 
 
 def docker_runtimes(shell: Shell) -> tuple[bool, str]:
-    """(NVIDIA runtime listed, why): the rule `make serve` applies (ttssim/launch.py; a test holds the two equal)."""
+    """(Docker can give a container the GPU, why): the runtime list, else `docker run --gpus ... nvidia-smi` in a
+    local image (docker/serve.sh --probe-gpu). The rule `make serve` applies (ttssim/launch.py; a test holds the two
+    equal)."""
     if shutil.which("docker") is None and not shell.dry_run:
         return False, "no docker executable on PATH"
     rc, out, err = shell.run(["docker", "info", "--format", "{{json .Runtimes}}"], 15)
@@ -202,7 +205,12 @@ def docker_runtimes(shell: Shell) -> tuple[bool, str]:
     text = " ".join(runtimes) if isinstance(runtimes, dict) else out.strip()
     if "nvidia" in text.lower():
         return True, "`docker info` lists the NVIDIA runtime"
-    return False, f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})"
+    before = f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})"
+    # --gpus works without a runtime entry (the toolkit's hook): a container that sees the GPU decides
+    rc, out, err = shell.run(["bash", ex.SERVE_SH, "--probe-gpu"], 120)
+    if rc == 0 and not shell.dry_run:
+        return True, f"{before}, but `docker run --gpus` sees {(out.strip().splitlines() or ['a GPU'])[0][:120]}"
+    return False, f"{before}; no GPU in a container either ({_last_line(err, 200) or f'exit {rc}'})"
 
 
 def choose_backend(given: str | None) -> tuple[str, str]:
@@ -290,7 +298,7 @@ def check_host(rep: Report, shell: Shell) -> list[Gpu]:
         else:
             ok, why = docker_runtimes(shell)
             if shell.dry_run:
-                rep.add("host.nvidia_runtime", "skip", "dry run")
+                rep.add("host.nvidia_runtime", "skip", "dry run (the runtime list, else a container's nvidia-smi)")
             elif ok:
                 rep.add("host.nvidia_runtime", "pass", why)
             else:
@@ -298,16 +306,29 @@ def check_host(rep: Report, shell: Shell) -> list[Gpu]:
                         "install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker "
                         "&& sudo systemctl restart docker` (`docker info --format '{{json .Runtimes}}'` must list "
                         "nvidia)")
-    gpus, source = read_gpus(shell)
+    every, source = read_gpus(shell)
+    spec = gpus_spec()
+    try:
+        chosen = container_gpus(spec, len(every)) if every else []
+    except ValueError as e:
+        rep.add("host.gpu", "fail", str(e), "GPUS is docker run --gpus: all, a count, or device=I[,J...] with this "
+                "host's indices (nvidia-smi -L)")
+        return []
+    # the container's GPUs only, in docker's order: its first is where both stages run
+    # (GPU-UUIDs: this list has no UUIDs to match, so every GPU is shown and the first one checked)
+    uuids = any(isinstance(c, str) for c in chosen)
+    gpus = every if uuids else [g for c in chosen for g in every if g.index == c]
     if shell.dry_run:
-        rep.add("host.gpu", "skip", "dry run (NVML through nvidia-ml-py, else the nvidia-smi query above)")
+        rep.add("host.gpu", "skip", f"dry run (NVML through nvidia-ml-py, else the nvidia-smi query above; the "
+                f"container's GPU(s) only: GPUS={spec})")
     elif not gpus:
         rep.add("host.gpu", "fail", f"no GPU readable ({source})",
                 "install the NVIDIA driver (`nvidia-smi` must list the GPU); this suite needs one NVIDIA GPU")
     else:
         g = gpus[0]
-        detail = (f"GPU 0 of {len(gpus)}: {g.name}, {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB free "
-                  f"(via {source}; both stages run on GPU 0)")
+        detail = (f"GPU {g.index} ({len(gpus)} of the host's {len(every)} for GPUS={spec}): {g.name}, "
+                  f"{g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB free (via {source}; both stages run "
+                  "on the container's first GPU)")
         warn = None if H100_CLASS.search(g.name) else (
             f"{g.name} is not H100-class: the suite runs, but the published numbers (docs/sources.md) are from "
             "H100s, so compare with them only loosely")
@@ -335,7 +356,7 @@ def check_gpu_memory(rep: Report, gpus: list[Gpu], shares: dict[str, list[float]
         rep.add("host.gpu_memory", "pass", detail)
     else:
         rep.add("host.gpu_memory", "fail", detail,
-                "free GPU 0: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` lists who holds it "
+                f"free GPU {g.index}: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` lists who holds it "
                 "(an old container: `docker ps --filter name=tts-vllm-omni`)")
 
 
@@ -733,30 +754,26 @@ def run_plain_arm(rep: Report, shell: Shell, arm: ex.Arm, server: Server | None,
 def check_telemetry(rep: Report, shell: Shell, server: Server | None, backend: str) -> None:
     if backend == "vllm":
         if shell.dry_run:
-            rep.add("telemetry.gpu", "skip", "dry run (NVML: utilisation, SM clock, memory, power of GPU 0)")
+            rep.add("telemetry.gpu", "skip", "dry run (NVML: utilisation, SM clock, memory, power of the container's "
+                    f"GPU(s), GPUS={gpus_spec()})")
             return
         try:
-            import pynvml
+            import pynvml  # noqa: F401  (the runner's sampler, loadtest.telemetry.Nvml, needs it)
         except ImportError:
             rep.add("telemetry.gpu", "skip", "nvidia-ml-py not installed (the `load` extra brings nvidia-ml-py; "
                     "`make venv` after it is merged)")
             return
-        try:
-            pynvml.nvmlInit()
-            try:
-                h = pynvml.nvmlDeviceGetHandleByIndex(0)
-                util = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
-                clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
-                power = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h).used / MIB
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception as e:
-            rep.add("telemetry.gpu", "fail", f"NVML: {type(e).__name__}: {str(e)[:200]}",
-                    "the runner samples the GPU through NVML: the driver's libnvidia-ml must be loadable by this user")
+        nvml = Nvml.open()  # exactly what the runner samples during a window
+        if nvml is None:
+            rep.add("telemetry.gpu", "fail", f"NVML did not initialise for GPUS={gpus_spec()} (see the log line "
+                    "above)", "the runner samples the GPU through NVML: the driver's libnvidia-ml must be loadable "
+                    "by this user")
             return
-        rep.add("telemetry.gpu", "pass", f"NVML GPU 0: {util} % busy, SM {clock} MHz, {mem:.0f} MiB used, "
-                f"{power:.0f} W")
+        rows = nvml.read(time.monotonic())
+        rep.add("telemetry.gpu", "pass", "NVML " + "; ".join(
+            f"GPU {r.gpu}: {r.gpu_util_pct:.0f} % busy, SM {r.sm_clock_mhz:.0f} MHz, {r.mem_used_mib:.0f} MiB used, "
+            f"{r.power_w:.0f} W" if None not in (r.gpu_util_pct, r.sm_clock_mhz, r.mem_used_mib, r.power_w) else
+            f"GPU {r.gpu}: some counters unsupported ({r})" for r in rows) + f" (GPUS={gpus_spec()})")
         return
     rep.add("telemetry.gpu", "skip", "simulator: no GPU")
     if shell.dry_run or server is None or server.process.proc is None:

@@ -139,7 +139,7 @@ def test_dry_run_prints_every_vllm_command_and_writes_nothing(tmp_path, capsys, 
     lines = text.splitlines()
     assert lines[0].startswith("make preflight: BACKEND=vllm -> REAL vllm-omni") and "DRY RUN" in lines[0]
     for needle in ("$ docker version --format '{{.Server.Version}}'",
-                   "$ docker info --format '{{json .Runtimes}}'",
+                   "$ docker info --format '{{json .Runtimes}}'", "$ bash docker/serve.sh --probe-gpu",
                    "$ nvidia-smi --query-gpu=index,name,memory.total,memory.free",
                    "bash docker/serve.sh --pull-only", "bash docker/serve.sh --build-only",
                    "bash docker/serve.sh --fetch-model",
@@ -163,7 +163,8 @@ def test_dry_run_of_an_experiment_with_an_arm_without_the_plugin(tmp_path, capsy
                     "configs/experiments/release-016-fixed-vs-030.yaml"])
     text = capsys.readouterr().out
     assert code == 0
-    serve = [ln for ln in text.splitlines() if ln.startswith("$ ") and "bash docker/serve.sh" in ln]
+    serve = [ln for ln in text.splitlines() if ln.startswith("$ ") and "bash docker/serve.sh" in ln
+             and "--probe-gpu" not in ln]
     assert len(serve) == 2
     assert "CONTROL_DIR=" in serve[0] and "VLLM_OMNI=0.16.0" in serve[0]  # the plugin arm: hot swap
     assert "CONTROL_DIR=" not in serve[1] and "VLLM_OMNI=0.30.0" in serve[1] and "DEPLOY=qwen3_tts.yaml" in serve[1]
@@ -237,11 +238,18 @@ if cmd == "version":
     answer("version")
 if cmd == "info":
     answer("info")
+if cmd == "build":  # docker/serve.sh rebuilds an image whose source label differs from the checkout's
+    sys.exit(0)
 if cmd == "image" and args[1] == "inspect":
     image = args[-1]
+    if image in cfg["images"] and "Labels" in " ".join(args):
+        sys.exit(0)  # no source label: serve.sh rebuilds (the fake build above)
     if image in cfg["images"]:
         print(cfg["images"][image]); sys.exit(0)
     sys.stderr.write(f"Error response from daemon: No such image: {image}\n"); sys.exit(1)
+if cmd == "run" and value("--entrypoint") == "nvidia-smi":  # docker/serve.sh --probe-gpu
+    answer("probe", (125, "", 'docker: Error response from daemon: could not select device driver "" with '
+                              'capabilities: [[gpu]].\n'))
 if cmd == "run" and "--entrypoint" in args:
     image = args[args.index("--entrypoint") + 2]
     answer("inside:" + image, (125, "", f"Unable to find image '{image}' locally\n"))
@@ -285,6 +293,8 @@ echo "$FAKE_SMI"
 
 GOOD_INSIDE = {"dist_version": "0.16.0", "version": "0.16.0", "cuda": True, "device": "NVIDIA H100 80GB HBM3",
                "plugins": ["tts_predictor_variant=tts_predictor.plugin:register"], "snapshot_readable": True}
+NO_GPU_PROBE = [125, "", 'docker: Error response from daemon: could not select device driver "" with capabilities: '
+                         '[[gpu]].\n']
 NVIDIA_INFO = '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{}}\n'
 
 
@@ -292,6 +302,7 @@ FAKE_PYNVML = """from types import SimpleNamespace
 NVML_CLOCK_SM = 1
 def nvmlInit(): pass
 def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
 def nvmlDeviceGetHandleByIndex(i): return i
 def nvmlDeviceGetUtilizationRates(h): return SimpleNamespace(gpu=37, memory=20)
 def nvmlDeviceGetClockInfo(h, which): return 1755
@@ -317,7 +328,7 @@ class FakeHost:
         snap.mkdir(parents=True)
         (snap / "config.json").write_text("{}")
         self.cfg = {"state": str(self.state), "root": str(ROOT), "version": [0, "27.3.1\n", ""],
-                    "info": [0, NVIDIA_INFO, ""],
+                    "info": [0, NVIDIA_INFO, ""], "probe": [0, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\n", ""],
                     "images": {"tts-vllm-omni:0.16.0-original": "sha256:" + "a" * 64,
                                "tts-vllm-omni:0.16.0-fixed": "sha256:" + "b" * 64},
                     **{f"inside:tts-vllm-omni:0.16.0-{v}": [0, "PREFLIGHT " + json.dumps(GOOD_INSIDE) + "\n", ""]
@@ -377,7 +388,7 @@ def test_vllm_path_against_a_fake_docker_passes_end_to_end(host):
     for v in ("original", "fixed"):
         assert checks[f"variant.{v}.metrics"]["status"] == "pass" and f"under {v} only" in checks[f"variant.{v}.metrics"]["detail"]
     assert checks["server.A.log_evidence"]["status"] == "pass"
-    assert checks["telemetry.gpu"]["detail"] == "NVML GPU 0: 37 % busy, SM 1755 MHz, 30720 MiB used, 312 W"
+    assert checks["telemetry.gpu"]["detail"] == "NVML GPU 0: 37 % busy, SM 1755 MHz, 30720 MiB used, 312 W (GPUS=all)"
     runs = [c for c in host.calls() if c[0] == "run" and "-d" in c]
     assert len(runs) == 1 and any(a.endswith(":/run/tts-control:ro") for a in runs[0])
     assert [c for c in host.calls() if c[0] == "stop"]  # stopped gracefully through serve.sh
@@ -400,6 +411,7 @@ def test_engine_down_fails_the_host_and_blocks_the_rest(host):
 @pytest.mark.slow
 def test_no_nvidia_runtime_a_small_gpu_and_a_missing_image(host):
     host.cfg["info"] = [0, '{"io.containerd.runc.v2":{},"runc":{}}\n', ""]
+    host.cfg["probe"] = NO_GPU_PROBE
     host.smi = "0, NVIDIA A10G, 23028, 5000"
     del host.cfg["images"]["tts-vllm-omni:0.16.0-fixed"]
     p, doc, checks = preflight(host, "--backend", "vllm")
@@ -440,12 +452,45 @@ def test_an_image_without_the_plugin_or_cuda_and_an_unpinned_model(host):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", [True, False])
-def test_the_automatic_backend_is_make_serves_rule(host, runtime):
+@pytest.mark.parametrize(("runtime", "probe"), [(True, False), (False, False), (False, True)])
+def test_the_automatic_backend_is_make_serves_rule(host, runtime, probe):
     if not runtime:
         host.cfg["info"] = [0, '{"runc":{}}\n', ""]
+    if not probe:  # with no runtime entry, `docker run --gpus all ... nvidia-smi` may still see the GPU
+        host.cfg["probe"] = NO_GPU_PROBE
     code = ("import json; from loadtest.preflight import choose_backend; from ttssim.launch import nvidia_runtime; "
             "print(json.dumps([choose_backend(None), nvidia_runtime()]))")
     p = run([sys.executable, "-c", code], env=host.env())
     (backend, why), (gpu, why_serve) = json.loads(p.stdout)
-    assert backend == ("vllm" if runtime else "sim") and gpu is runtime and why == why_serve
+    assert backend == ("vllm" if runtime or probe else "sim") and gpu is (runtime or probe) and why == why_serve
+    if probe:
+        assert "but `docker run --gpus` sees GPU 0: NVIDIA H100" in why
+
+
+class CannedShell(pf.Shell):
+    """Answers by the command's first two words; nothing runs."""
+
+    def __init__(self, answers):
+        super().__init__(False, lambda line: None)
+        self.answers = answers
+
+    def run(self, argv, timeout_s, env=None):
+        return self.answers.get(" ".join(argv[:2]), (0, "", ""))
+
+
+def test_host_gpu_checks_the_containers_gpu_only(monkeypatch):
+    """GPUS=device=2 on a 4-GPU node: GPU 2's model and free memory are judged, not GPU 0's."""
+    monkeypatch.setattr(pf.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(pf, "read_gpus", lambda shell: ([pf.Gpu(i, "NVIDIA H100 80GB HBM3", 81559.0,
+                                                                 1000.0 if i != 2 else 80000.0) for i in range(4)],
+                                                        "nvidia-smi"))
+    shell = CannedShell({"docker version": (0, "27.3.1\n", ""), "docker info": (0, NVIDIA_INFO, "")})
+    monkeypatch.setenv("GPUS", "device=2")
+    rep, _ = report()
+    gpus = pf.check_host(rep, shell)
+    assert [g.index for g in gpus] == [2] and "GPU 2 (1 of the host's 4 for GPUS=device=2)" in rep.checks[-1].detail
+    pf.check_gpu_memory(rep, gpus, {"A": [0.3, 0.2]})
+    assert rep.checks[-1].status == "pass"  # GPU 0 is nearly full, GPU 2 is free: the container's GPU decides
+    monkeypatch.setenv("GPUS", "device=7")
+    rep, _ = report()
+    assert pf.check_host(rep, shell) == [] and rep.checks[-1].status == "fail" and "GPUS=device=7" in rep.checks[-1].detail
