@@ -160,8 +160,9 @@ def test_stage_configs_current_and_follow_the_sweep():
         assert talker["engine_args"]["max_num_batched_tokens"] >= b
         assert talker["engine_args"]["attention_backend"] == "FLASH_ATTN"  # not FlashInfer on Blackwell
         extra = cfg["runtime"]["connectors"]["connector_of_shared_memory"]["extra"]
-        per_chunk = 16 * (extra["codec_chunk_frames"] + extra["codec_left_context_frames"])
-        assert per_chunk == 800
+        # the ctx_frames header + the flat codes (0.16.0 talker2code2wav_async_chunk): 801 tokens per chunk
+        per_chunk = 1 + 16 * (extra["codec_chunk_frames"] + extra["codec_left_context_frames"])
+        assert per_chunk == 801
         # one chunk of every request of a full batch fits into one code2wav step (stock 8192 = 10 chunks)
         tokens = code2wav["engine_args"]["max_num_batched_tokens"]
         assert tokens >= b * per_chunk and tokens >= 8192 and tokens % 16 == 0
