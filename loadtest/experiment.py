@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
+from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 
 SCHEMA = "tts-experiment/1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,7 @@ class Experiment:
     model_revision: str | None = None
     confounded: str | None = None  # arms on different releases: everything differs, the report must say so
     simulated: bool = False
+    request: str = "base"  # loadtest.prompts.REQUEST_KINDS: what every request of the run is (preflight's fallback)
 
     @property
     def backends(self) -> set[str]:
@@ -321,7 +323,8 @@ def load_experiment(path: str | Path) -> Experiment:
         where = f"line {mark.line + 1}" if mark else "(top level)"
         raise ExperimentError(f"{p}: {where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     r = _Reader(p, data)
-    r.only({"schema", "name", "idea", "scenario", "design", "primary_metric", "model", "confounded", "arms"})
+    r.only({"schema", "name", "idea", "scenario", "design", "primary_metric", "model", "confounded", "arms",
+            "request"})
     if r.get("schema", (str,), required=True) != SCHEMA:
         r.fail(f"schema must be {SCHEMA!r}")
     name = r.get("name", (str,), required=True)
@@ -358,6 +361,15 @@ def load_experiment(path: str | Path) -> Experiment:
         revision = m.get("revision", (str,))
         if revision is not None and not _REVISION.fullmatch(revision):
             raise ExperimentError(f"{p}: model.revision: want the 40-hex commit of {model}, got {revision!r}")
+    from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
+
+    request = r.get("request", (str,), default="base")
+    if request not in REQUEST_KINDS:
+        r.fail(f"request {request!r} is not one of {list(REQUEST_KINDS)}")
+    if (request == "custom_voice") != (model == CUSTOM_VOICE_MODEL):
+        raise ExperimentError(f"{p}: request: {request} with model {model}: custom_voice requests need "
+                              f"model.name {CUSTOM_VOICE_MODEL} (built-in speakers), and that model serves no Base "
+                              "request")
     arms_r = r.sub("arms", required=True)
     if len(arms_r.data) < 2:
         arms_r.fail("an experiment needs two or more arms")
@@ -379,7 +391,8 @@ def load_experiment(path: str | Path) -> Experiment:
         arms_r.fail("mixes vllm and sim arms: a simulator is no control for a GPU server (use --simulate)")
     return Experiment(p, name, idea, scenario, rounds, aa_rounds, seed, primary, arms, model, revision,
                       confounded.strip() if confounded else None, simulated=all(a.backend == "sim"
-                                                                                  for a in arms.values()))
+                                                                                  for a in arms.values()),
+                      request=request)
 
 
 def mission(a: str = "original", b: str = "fixed", path: str | Path = ROOT / MISSION) -> Experiment:
@@ -496,7 +509,7 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
     """Every command of every arm, in the order a run would use them; nothing is started."""
     out = [f"# experiment {exp.name} ({exp.path}): {exp.idea}",
            f"# scenario {exp.scenario}; design: {exp.aa_rounds} A/A + {exp.rounds} A/B rounds, seed {exp.seed}; "
-           f"primary metric {exp.primary_metric}"]
+           f"primary metric {exp.primary_metric}; requests: {exp.request} ({exp.model})"]
     if exp.simulated:
         out.append("# SIMULATED: every arm runs on ttssim (modelled timings), NOT on vllm-omni")
     if exp.confounded:
@@ -592,7 +605,9 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
             "base_image": arm.base_image, "base_image_digest": pinned_digest(arm.base_image),
             "base_image_pin": "digest" if pinned_digest(arm.base_image) else "tag only",
-            "pin_warning": pin_warning(arm), "image": arm.image, "plugin": plugin, "stages": arm.stages,
+            "pin_warning": pin_warning(arm), "image": arm.image, "plugin": plugin,
+            "plugin_source_check": "skipped" if dict(arm.env).get(ENV_SKIP_SOURCE_CHECK) == "1" else "on",
+            "stages": arm.stages,
             "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
             "evidence": _describe(arm.evidence)}
 

@@ -429,7 +429,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "experiment": {"path": None if shorthand else a.experiment, "name": exp.name, "idea": exp.idea,
                        "sha256": sha256(exp_file) if exp_file.is_file() else None, "shorthand": shorthand,
                        "primary_metric": exp.primary_metric, "simulated": exp.simulated,
-                       "confounded": exp.confounded},
+                       "confounded": exp.confounded, "request": exp.request, "model": exp.model},
         "arms": {side: ex.arm_manifest(arm) for side, arm in arms.items()},
         "variants": {side: arm.variant for side, arm in arms.items()},
         "labels": {side: arm.label for side, arm in arms.items()},

@@ -39,26 +39,26 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from loadtest import engine_log
 from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, Outcome, run_request
-from loadtest.prompts import load_corpus, load_voice, speech_payload
+from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
+from loadtest.readiness import REQUEST_TIMEOUT_S, Probe, make_probe, prime, wait_stages
 from loadtest.records import PREFLIGHT_SCHEMA, signature_holds, write_json
+from loadtest.scenario import load_scenario
 from loadtest.scraper import http_get, parse_metrics
-from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port
+from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port, health
 from loadtest.telemetry import Nvml, container_gpus, gpus_spec
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import VARIANT_NAMES
 
 STATUSES = ("pass", "fail", "skip")
-CORPUS = "configs/prompts/en.yaml"
-VOICE = "configs/voices/ref.yaml"
 SIM_CONFIG = "configs/sim/default.yaml"
 PLUGIN_ENTRY_POINT = "tts_predictor_variant"  # pyproject.toml, [project.entry-points."vllm.general_plugins"]
 PLUGIN_GROUP = "vllm.general_plugins"
 CONTAINER_HF = "/home/tts/.cache/huggingface"  # docker/serve.sh CONTAINER_HF
 SIM_READY_S = 60.0
-REQUEST_TIMEOUT_S = 120.0  # one short sentence; a real server answers in seconds once it is ready
 EXTRA_REQUESTS = 4  # more streamed requests while the sync sampler has not observed a call yet
 # GPUs the published numbers come from (H100 / H200 / GH200); another GPU runs, with a warning.
 H100_CLASS = re.compile(r"\bG?H(100|200)\b", re.I)
@@ -510,29 +510,89 @@ def _image_checks(rep: Report, arm: ex.Arm, tag: str, info: dict, revision: str 
 # ----------------------------------------------------------------------------------------------------- requests
 
 
-@dataclass(frozen=True)
-class Probe:
-    """The one request the preflight sends, in both modes."""
-
-    text: str
-    expected_s: tuple[float, float]
-    bodies: dict[str, bytes]
-
-
-def make_probe(model: str) -> Probe:
-    corpus = load_corpus(ROOT / CORPUS)
-    voice = load_voice(ROOT / VOICE)
-    prompt = max(corpus.buckets["short"], key=lambda p: len(p.text))  # short, but a few dozen talker steps
-    bodies = {mode: json.dumps(speech_payload(prompt.text, voice, model=model, language=corpus.language,
-                                              mode=mode)).encode() for mode in ("wav", "stream")}
-    return Probe(prompt.text, corpus.bounds.range_for(prompt.text), bodies)
-
-
 def describe(out: Outcome, mode: str) -> str:
     if mode == "wav":
         return f"WAV decoded: 24 kHz mono, {out.audio_s:.2f} s of audio in {out.e2e_s:.2f} s"
     return (f"PCM stream: {out.audio_s:.2f} s of 24 kHz audio, TTFA {out.ttfa_s:.3f} s, E2E {out.e2e_s:.2f} s, "
             f"{out.chunks} chunks, underrun {out.underrun_s:.3f} s ({'continuous' if out.continuity_ok else 'stalls'})")
+
+
+KIND_TEXT = {"base": "Base with reference audio + transcript", "base_xvector": "Base with x_vector_only_mode "
+             "(speaker embedding, no transcript)", "custom_voice": f"{CUSTOM_VOICE_MODEL} with a built-in speaker"}
+
+
+def engine_dead(server: Server) -> str | None:
+    """Why the server's engine is gone (its log's dead line, or /health no longer answering), None while it lives:
+    after a fatal request every later check would fail for the wrong reason."""
+    line = engine_log.dead_line(server.process.log_tail(LOG_READ_CHARS))
+    if line:
+        return f"the server log says {line!r}"
+    ok, why = health(server.process.url, 5.0)
+    return None if ok else f"/health stopped answering ({why})"
+
+
+def request_fallback(rep: Report, shell: Shell, exp: ex.Experiment, server: Server | None,
+                     name: str) -> Probe | None:
+    """The request kinds from the experiment's own (`request:`) down the fallback order (REQUEST_KINDS), one WAV
+    request each on this server, until one works: the probe of that kind, or None (nothing works, or the engine
+    died: then say so and stop, since every later check would fail for the wrong reason)."""
+    kinds = list(REQUEST_KINDS[REQUEST_KINDS.index(exp.request):])
+    if shell.dry_run or server is None:
+        shell.print_line(f"# {name}: fallback, first that answers: " + " -> ".join(
+            f"{k} ({KIND_TEXT[k]})" for k in kinds) + "; a dead engine stops the checks of this server")
+        rep.add(name, "skip", "dry run: Base fallback " + " -> ".join(kinds))
+        return None
+    failures = []
+    transport = HttpxTransport(server.process.url, timeout_s=REQUEST_TIMEOUT_S)
+    try:
+        for kind in kinds:
+            if (kind == "custom_voice") != (exp.model == CUSTOM_VOICE_MODEL):
+                failures.append(f"{kind}: needs model {CUSTOM_VOICE_MODEL} (another server)")
+                continue
+            probe = make_probe(exp.model, kind)
+            out = run_request(transport, probe.bodies["wav"], "wav", expected_s=probe.expected_s)
+            if out.ok:
+                if kind == exp.request:
+                    rep.add(name, "pass", f"{KIND_TEXT[kind]} works ({describe(out, 'wav')})")
+                else:
+                    rep.add(name, "pass", f"{KIND_TEXT[kind]} works; the experiment's {exp.request} did not",
+                            warning=f"{'; '.join(failures)}. Run with `request: {kind}` in the experiment file")
+                return probe
+            failures.append(f"{kind}: {out.error}")
+            dead = engine_dead(server)
+            if dead:
+                rep.add(name, "fail", f"the engine died on a {kind} request ({out.error}): {dead}; the checks of "
+                        "this server stop here (every later one would fail for the wrong reason)",
+                        f"{BASE_REPORTS}. Next in the fallback order: "
+                        + (" -> ".join(kinds[kinds.index(kind) + 1:]) or "none")
+                        + " (set `request:` in the experiment file and run preflight again)")
+                return None
+    finally:
+        transport.close()
+    rep.add(name, "fail", "no request kind works: " + "; ".join(failures),
+            f"{BASE_REPORTS}. Last fallback: `request: custom_voice` with model.name {CUSTOM_VOICE_MODEL} (same code "
+            "predictor; its own MODEL_REVISION)")
+    return None
+
+
+def prime_check(rep: Report, shell: Shell, server: Server | None, probe: Probe | None, n: int, name: str) -> None:
+    """n concurrent untimed requests after ready (and after a switch), as the runner's warm-up phase sends."""
+    if shell.dry_run or server is None or probe is None:
+        shell.print_line(f"# {name}: {n} concurrent untimed {probe.kind if probe else 'stream'} requests (the first "
+                         "level's concurrency) before anything is judged")
+        rep.add(name, "skip", f"dry run: priming with {n} concurrent untimed requests" if shell.dry_run
+                else "blocked: no working request kind")
+        return
+    t0 = time.monotonic()
+    outs = prime(server.process.url, probe, n)
+    ok = sum(o.ok for o in outs)
+    detail = f"{ok} of {n} concurrent untimed {probe.kind} requests answered in {time.monotonic() - t0:.1f} s"
+    if ok == n:
+        rep.add(name, "pass", detail)
+    else:
+        errs = sorted({o.error for o in outs if not o.ok})[:3]
+        rep.add(name, "fail", f"{detail}; errors: {'; '.join(errs)}",
+                "a server that fails under its first level's concurrency: read its log (memory, queue limits)")
 
 
 def request_check(rep: Report, name: str, transport, probe: Probe, mode: str, *, simulated: bool) -> Outcome:
@@ -643,8 +703,9 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
         if control:
             shell.print_line(f"# write {control}: {{\"variant\": \"{variant}\", \"observe\": false, \"epoch\": 0}}")
         shell.show(spec.cmd, launch.env if arm.backend != "sim" else None)
-        shell.print_line(f"# wait for {launch.health_url.replace(':0/', ':<port>/')} (up to {ready_s:g} s), "
-                         f"then the requests below; stop: SIGTERM to the process group, {launch.stop_timeout_s:g} s")
+        shell.print_line(f"# wait for {launch.health_url.replace(':0/', ':<port>/')} (up to {ready_s:g} s) and the "
+                         "log's stages-initialised line, then the requests below; stop: SIGTERM to the process "
+                         f"group, {launch.stop_timeout_s:g} s")
         rep.add(name, "skip", "dry run")
         return None
     if control:
@@ -656,6 +717,7 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
     try:
         proc.start()
         proc.wait_ready(ready_s)
+        stages = wait_stages(proc, max(10.0, ready_s - (time.monotonic() - t0)))
     except (ServerError, OSError) as e:
         tail = _last_line(proc.log_tail())
         proc.stop()
@@ -667,12 +729,13 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
         return None
     what = "SIMULATED (ttssim)" if arm.backend == "sim" else f"vllm-omni {arm.vllm_omni} ({arm.image})"
     rep.add(name, "pass", f"{what} ready at {proc.url} in {time.monotonic() - t0:.1f} s"
-            + (", control file " + control.name if control else ""))
+            + (", control file " + control.name if control else "") + f"; stages: {stages[-80:]!r}")
     return Server(arm, proc, control, arm.backend == "sim")
 
 
-def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, epoch: int, probe: Probe) -> None:
-    """One variant through a hot-swap server: control file, WAV + stream requests, its sync signature."""
+def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, epoch: int, probe: Probe) -> bool:
+    """One variant through a hot-swap server: control file, WAV + stream requests, its sync signature. False when
+    the engine died (the caller stops the variant loop)."""
     url = "http://127.0.0.1:<port>" if server is None else server.process.url
     if shell.dry_run or server is None:
         shell.print_line(f"# write control.json: {{\"variant\": \"{variant}\", \"observe\": true, \"epoch\": {epoch}}}")
@@ -683,13 +746,18 @@ def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, 
                          "syncs = expected_syncs")
         for what in ("wav", "stream", "metrics"):
             rep.add(f"variant.{variant}.{what}", "skip", "dry run")
-        return
+        return True
     write_control(server.control, variant, observe=True, epoch=epoch)
     transport = HttpxTransport(url, timeout_s=REQUEST_TIMEOUT_S)
     try:
         before = scrape(url)
         for mode in ("wav", "stream"):
-            request_check(rep, f"variant.{variant}.{mode}", transport, probe, mode, simulated=server.simulated)
+            out = request_check(rep, f"variant.{variant}.{mode}", transport, probe, mode, simulated=server.simulated)
+            dead = None if out.ok else engine_dead(server)
+            if dead:
+                rep.add(f"variant.{variant}.metrics", "fail", f"the engine died: {dead}",
+                        "the variant loop stops here: every later variant would fail for the wrong reason")
+                return False
         after = scrape(url)
         extra = 0
         while extra < EXTRA_REQUESTS and _sum(after, pm.OBSERVED_CALLS) <= _sum(before, pm.OBSERVED_CALLS) \
@@ -700,12 +768,13 @@ def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, 
     except Exception as e:  # /metrics unreachable: the server died
         rep.add(f"variant.{variant}.metrics", "fail", f"/metrics: {type(e).__name__}: {str(e)[:200]}",
                 "the server stopped answering: read its log in the preflight folder")
-        return
+        return engine_dead(server) is None
     finally:
         transport.close()
     status, detail, fix = sync_signature(before, after, variant, epoch)
     rep.add(f"variant.{variant}.metrics", status, detail, fix)
     write_control(server.control, variant, observe=False, epoch=epoch)  # the observer off again, as in timing
+    return True
 
 
 def check_log_evidence(rep: Report, server: Server, arms: list[ex.Arm]) -> None:
@@ -850,7 +919,11 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
                + (f"; results in {_rel(folder)}" if not args.dry_run else ""))
     if not args.dry_run:
         folder.mkdir(parents=True, exist_ok=True)
-    probe = make_probe(exp.model)
+    probe = make_probe(exp.model, exp.request)
+    try:
+        first_level = load_scenario(str(ROOT / exp.scenario)).steps[0].concurrency
+    except Exception:  # the experiment loader validated it; a scenario without steps primes with one request
+        first_level = 1
 
     gpus: list[Gpu] = []
     blocked: list[str] = []
@@ -886,8 +959,17 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
             if server is None and not shell.dry_run:
                 rep.add("variant", "skip", f"blocked: server.{plugin_arms[0].name} failed")
             else:
-                for epoch, variant in enumerate(variants, start=1):
-                    run_variant(rep, shell, server, variant, epoch, probe)
+                works = request_fallback(rep, shell, exp, server, f"request.{plugin_arms[0].name}")
+                prime_check(rep, shell, server, works, first_level, f"prime.{plugin_arms[0].name}")
+                if works is None and not shell.dry_run:
+                    rep.add("variant", "skip", f"blocked: request.{plugin_arms[0].name} failed")
+                else:
+                    for epoch, variant in enumerate(variants, start=1):
+                        if not run_variant(rep, shell, server, variant, epoch, works or probe):
+                            left = variants[variants.index(variant) + 1:]
+                            if left:
+                                rep.add("variant", "skip", f"not run: {', '.join(left)} (the engine died)")
+                            break
                 if server is not None:
                     check_log_evidence(rep, server, plugin_arms)
                 finish(server)
@@ -896,7 +978,10 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
             if server is None and not shell.dry_run:
                 rep.add(f"arm.{arm.name}", "skip", f"blocked: server.{arm.name} failed")
                 continue
-            run_plain_arm(rep, shell, arm, server, probe)
+            works = request_fallback(rep, shell, exp, server, f"request.{arm.name}")
+            prime_check(rep, shell, server, works, first_level, f"prime.{arm.name}")
+            if works is not None or shell.dry_run:
+                run_plain_arm(rep, shell, arm, server, works or probe)
             finish(server)
     if not telemetry_done and backend == "vllm":
         check_telemetry(rep, shell, None, backend)

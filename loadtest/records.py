@@ -258,6 +258,7 @@ class StartRecord:
     evidence: dict[str, Any] | None = None  # the arm's evidence check: {"ok": bool, "reason": str | None}
     switches: list[dict[str, Any]] = field(default_factory=list)  # {"t", "variant", "epoch", "confirmed_t"}
     compile_cache: str | None = None  # "cold" | "warm": docker/serve.sh's compile-cache line; None: the simulator
+    ready_check: str | None = None  # the stages' log line and the first real request (loadtest.readiness)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": START_SCHEMA, **asdict(self)}
@@ -399,6 +400,19 @@ def _top(errors: dict[str, int], n: int = 3) -> str:
     items = sorted(errors.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{k} ({v})" for k, v in items[:n])
     return text + (f", {len(items) - n} other kinds" if len(items) > n else "")
+
+
+def every_request_failed(outcomes: dict[str, Any]) -> str | None:
+    """The reason a window says its server start is broken (every request of it, in any phase, failed), else None.
+    Such a start ends and the round reruns in a new one, as when a server dies."""
+    o = outcomes
+    total, failed = o["measure"] + o["other"], o["measure_failed"] + o["other_failed"]
+    if total == 0 or failed < total:
+        return None
+    errors = dict(o["measure_errors"])
+    for k, v in o["other_errors"].items():
+        errors[k] = errors.get(k, 0) + v
+    return f"every one of its {total} requests failed ({_top(errors)})"
 
 
 def request_verdict(outcomes: dict[str, Any]) -> str | None:

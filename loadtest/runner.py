@@ -48,6 +48,7 @@ from loadtest.plan import (
     window_scenario,
     window_seconds,
 )
+from loadtest.readiness import confirm_ready, make_probe
 from loadtest.scenario import load_scenario
 from loadtest.scraper import rows_of, sample_key
 from loadtest.server_process import ServerError, ServerProcess, stop_group
@@ -64,6 +65,10 @@ LOOK_TIMEOUT_S = 600.0
 
 class Interrupted(Exception):
     """SIGINT/SIGTERM arrived: stop the current window cleanly, keep everything written so far."""
+
+
+class BrokenStart(RuntimeError):
+    """A window in which every request failed: its start is ended, the round reruns in a new one."""
 
 
 class PreparationFailed(RuntimeError):
@@ -134,7 +139,8 @@ def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
 
 
 def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, epoch: int | None,
-               request_timeout_s: float | None, control_sim: dict | None = None) -> list[str]:
+               request_timeout_s: float | None, control_sim: dict | None = None,
+               exp: ex.Experiment | None = None) -> list[str]:
     """Locust headless over the window's own scenario; failed requests never set its exit code (they are data)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
            "--host", url, "--scenario", str(bdir / "scenario.yaml"), "--run-dir", str(bdir),
@@ -148,6 +154,8 @@ def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, 
             cmd += ["--control-sim", json.dumps(control_sim, sort_keys=True)]
     if request_timeout_s:
         cmd += ["--request-timeout", f"{request_timeout_s:g}"]
+    if exp is not None:  # the served model name and the request kind of the experiment
+        cmd += ["--model", exp.model, "--request", exp.request]
     return cmd
 
 
@@ -196,6 +204,7 @@ class Runner:
         self.overhead_s = 10.0  # Locust start + shutdown (+ a server start); refined as windows finish
         self.active: Start | None = None
         self.nvml: Nvml | None | bool = None  # opened once per run (False: NVML did not initialise)
+        self.probe = None  # readiness.Probe: the request that proves a start ready (made once)
 
     # --- signals ------------------------------------------------------------------------------------------
 
@@ -300,6 +309,10 @@ class Runner:
         t0 = time.monotonic()
         try:
             url = server.wait_ready(self.s["ready_timeout_s"], sleep=self._sleep)
+            if self.probe is None:
+                self.probe = make_probe(self.exp.model, self.exp.request)
+            left = self.s["ready_timeout_s"] - (time.monotonic() - t0)
+            record.ready_check = confirm_ready(server, self.probe, left, sleep=self._sleep)
         except Interrupted:
             record.status, record.reason = "interrupted", "SIGINT/SIGTERM while the server started"
             self._end_start(server, record, sdir)
@@ -377,7 +390,7 @@ class Runner:
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
                     locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s"),
-                               self._hot_sim(w)),
+                               self._hot_sim(w), self.exp),
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
             t_load = time.monotonic()
@@ -386,6 +399,9 @@ class Runner:
             tele.stop()
             tele = None
             meta.requests, why = judge(w["variant"], bdir)
+            broken = rec.every_request_failed(meta.requests)
+            if broken:
+                raise BrokenStart(f"{broken}: server start {st.record.start} ended, the round reruns")
             why = self._after_load(w, st, bdir, meta, switch, why)
             meta.status, meta.reason = ("complete", None) if why is None else ("invalid", why)
             if why is not None:
@@ -396,7 +412,9 @@ class Runner:
             raise
         except (RuntimeError, OSError, ValueError) as e:
             meta.status, meta.reason = "failed", str(e)
-            if st is not None and not st.server.alive():
+            if isinstance(e, BrokenStart) and self.active is not None:
+                meta.timing["stop_s"] = self.stop_start("failed", f"window {w['block_id']}: {e}")
+            elif st is not None and not st.server.alive():
                 meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w['block_id']} "
                                                                   f"(exit {st.server.proc.returncode}; see server.log)")
         finally:

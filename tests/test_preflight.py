@@ -494,3 +494,95 @@ def test_host_gpu_checks_the_containers_gpu_only(monkeypatch):
     monkeypatch.setenv("GPUS", "device=7")
     rep, _ = report()
     assert pf.check_host(rep, shell) == [] and rep.checks[-1].status == "fail" and "GPUS=device=7" in rep.checks[-1].detail
+
+
+def _sim_experiment(tmp_path, fault: str, request: str = "base") -> Path:
+    """A sim-only experiment whose servers carry one fault setting (configs/experiments/sim/mission-sim.yaml's)."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        schema: tts-experiment/1
+        name: fallback-sim
+        idea: the preflight's Base fallback and dead-engine stop on the simulator
+        scenario: configs/scenarios/demo.yaml
+        design: {{aa_rounds: 0, rounds: 1, seed: 1}}
+        primary_metric: audio_throughput
+        request: {request}
+        arms:
+          A:
+            label: original
+            backend: sim
+            evidence: {{sync_signature: original}}
+            sim: {{variant: original, config: configs/sim/quick.yaml, set: ["{fault}"]}}
+          B:
+            label: fixed
+            backend: sim
+            evidence: {{sync_signature: fixed}}
+            sim: {{variant: fixed, config: configs/sim/quick.yaml, set: ["{fault}"]}}
+        """))
+    return path
+
+
+def _sim_preflight(tmp_path, exp: Path):
+    out = tmp_path / "pre"
+    p = run([sys.executable, "-m", "loadtest.preflight", "--backend", "sim", "--experiment", str(exp), "--out",
+             str(out)], timeout=180)
+    doc = json.loads((out / "preflight.json").read_text())
+    return p, {c["name"]: c for c in doc["checks"]}, out
+
+
+@pytest.mark.slow
+def test_sim_base_refused_falls_back_to_x_vector_and_primes(tmp_path):
+    """ref_text requests refused (the engine lives): x_vector_only_mode answers, preflight names it, primes with the
+    first level's concurrency and runs the variants with it."""
+    p, checks, _ = _sim_preflight(tmp_path, _sim_experiment(tmp_path, "faults.ref_text_request=refused"))
+    assert p.returncode == 0, p.stdout[-3000:]
+    fb = checks["request.A"]
+    assert fb["status"] == "pass" and "x_vector_only_mode" in fb["detail"]
+    assert "base: http 400" in fb["warning"] and "`request: base_xvector`" in fb["warning"]
+    prime = checks["prime.A"]
+    assert prime["status"] == "pass" and prime["detail"].startswith("8 of 8 concurrent untimed base_xvector")  # demo.yaml: c=8 first
+    assert checks["variant.fixed.metrics"]["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_sim_engine_killed_by_base_stops_the_checks_and_says_so(tmp_path):
+    p, checks, out = _sim_preflight(tmp_path, _sim_experiment(tmp_path, "faults.ref_text_request=fatal"))
+    assert p.returncode == 1
+    fb = checks["request.A"]
+    assert fb["status"] == "fail" and "the engine died on a base request" in fb["detail"]
+    assert "EngineCore encountered a fatal error" in fb["detail"] and "checks of this server stop here" in fb["detail"]
+    assert "base_xvector -> custom_voice" in fb["fix"]
+    assert not [n for n in checks if n.startswith("variant.original")]  # no variant judged on a dead engine
+    assert checks["variant"]["status"] == "skip" and checks["server.A.stop"]["status"] == "pass"
+    assert "EngineDeadError" in (out / "server-A.log").read_text()
+
+
+@pytest.mark.slow
+def test_sim_engine_dies_mid_variant_loop_stops_it(tmp_path):
+    """The experiment asks for x-vector requests (so the fallback passes), the variant checks' WAV request is made
+    fatal by sending ref_text: the loop stops at the first variant and names the rest as not run."""
+    exp = _sim_experiment(tmp_path, "faults.ref_text_request=fatal", request="base_xvector")
+    p = run([sys.executable, "-c", textwrap.dedent(f"""\
+        import sys
+        from loadtest import preflight as pf, readiness
+        real = pf.run_variant
+        def run_variant(rep, shell, server, variant, epoch, probe):
+            return real(rep, shell, server, variant, epoch, readiness.make_probe(pf.ex.MODEL_NAME, "base"))
+        pf.run_variant = run_variant
+        sys.exit(pf.main(["--backend", "sim", "--experiment", "{exp}", "--out", "{tmp_path / 'pre'}"]))
+        """)], timeout=180)
+    checks = {c["name"]: c for c in json.loads((tmp_path / "pre/preflight.json").read_text())["checks"]}
+    assert p.returncode == 1
+    assert checks["request.A"]["status"] == "pass" and checks["prime.A"]["status"] == "pass"
+    assert checks["variant.original.metrics"]["status"] == "fail"
+    assert "engine died" in checks["variant.original.metrics"]["detail"]
+    assert checks["variant"]["detail"] == "not run: fixed (the engine died)"
+
+
+def test_dry_run_lists_the_base_fallback_and_the_priming(capsys, monkeypatch):
+    monkeypatch.setenv("MODEL_REVISION", REVISION)
+    assert pf.main(["--backend", "vllm", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "# request.A: fallback, first that answers: base (Base with reference audio + transcript) -> base_xvector" \
+        in text and "-> custom_voice (Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice" in text
+    assert "# prime.A: 8 concurrent untimed" in text  # ab-default's first level

@@ -21,6 +21,7 @@ from scipy import stats as sps
 
 from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 from tts_predictor.domain import CODEC_FRAME_RATE_HZ
+from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 
 from . import inference as inf
 from . import rounds as rd
@@ -352,6 +353,11 @@ HOST_BUSY_PCT = 90.0  # a measure window whose host CPUs were this busy on avera
 
 def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
     out = []
+    for side, arm in sorted(((run.get("manifest") or {}).get("arms") or {}).items()):
+        if (arm or {}).get("plugin_source_check") == "skipped":
+            out.append(f"arm {side} ({arm.get('label')}) ran with {ENV_SKIP_SOURCE_CHECK}=1: the plugin did not "
+                       "verify that the image's build_attn_metadata is the vllm-omni 0.16.0 code its variants "
+                       "reproduce, so 'original' may not be the stock method (docs/gpu-host.md)")
     for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
         rows = [b["levels"][lv] for b in summaries if b["valid"] and lv in b["levels"]]
         short = [r for r in rows if r["window_s"] and r["e2e_p50"] and r["window_s"] < 2 * r["e2e_p50"]]
