@@ -25,6 +25,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -505,8 +506,9 @@ def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str |
     return Launch(arm.name, _serve_argv(arm), env, base + "/health", base, STOP_GRACE_S + 15.0, simulated=False)
 
 
-def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None) -> str:
-    """Every command of every arm, in the order a run would use them; nothing is started."""
+def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None, hot_swap: bool = False) -> str:
+    """Every command of every arm, in the order a run would use them; nothing is started. hot_swap (designs swap and
+    nested): each server start is the first arm's spec with a control file, the other arms run inside it."""
     out = [f"# experiment {exp.name} ({exp.path}): {exp.idea}",
            f"# scenario {exp.scenario}; design: {exp.aa_rounds} A/A + {exp.rounds} A/B rounds, seed {exp.seed}; "
            f"primary metric {exp.primary_metric}; requests: {exp.request} ({exp.model})"]
@@ -520,7 +522,16 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
         for c in prep:
             out.append(f"# {c.what}: {' '.join(f'{k}={shlex.quote(v)}' for k, v in c.env.items())} "
                        f"{shlex.join(c.argv)}")
-    for arm in exp.arms.values():
+    arms = list(exp.arms.values())
+    if hot_swap:
+        first = arms[0]
+        out.append(f"## one server per start (hot swap): arm {first.name}'s spec with a control file in the start's "
+                   "folder; every window writes its arm's variant there and the server switches at a step boundary")
+        for arm in arms[1:]:
+            out.append(f"## arm {arm.name} ({arm.label}): no server of its own, runs as variant "
+                       f"{arm.variant or arm.sim and arm.sim.variant} inside arm {first.name}'s starts")
+        arms = [first]
+    for arm in arms:
         launch = server_launch(exp, arm, port, model_revision=model_revision)
         out.append(f"## arm {arm.name} ({arm.label}): " + (
             f"SIMULATED stand-in for {arm.simulated_from}" if arm.simulated_from else
@@ -530,11 +541,18 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
         if pin_warning(arm):
             out.append(f"# WARNING: {pin_warning(arm)}")
         if arm.backend == "sim":
-            out.append(shlex.join(launch.argv))
+            argv = launch.argv + (["--control", f"<run>/starts/<n>/{CONTROL_FILE}"] if hot_swap else [])
+            out.append(shlex.join(argv))
             out.append(f"# health: poll {launch.health_url}; stop: SIGTERM")
             continue
-        proc = subprocess.run(launch.argv[:2] + ["--dry-run"] + launch.argv[2:], cwd=ROOT,
-                              env={**os.environ, **launch.env}, capture_output=True, text=True, timeout=60)
+        env = {**os.environ, **launch.env}
+        with tempfile.TemporaryDirectory(prefix="tts-dry-start-") as start_dir:
+            if hot_swap:  # serve.sh checks the folder and its file; the runner writes them in starts/<n>/ first
+                Path(start_dir, CONTROL_FILE).write_text("{}")
+                env["CONTROL_DIR"] = start_dir
+            proc = subprocess.run(launch.argv[:2] + ["--dry-run"] + launch.argv[2:], cwd=ROOT,
+                                  env=env, capture_output=True, text=True, timeout=60)
+            proc.stdout = proc.stdout.replace(start_dir, "<run>/starts/<n>")
         if proc.returncode != 0:
             raise ExperimentError(f"{exp.path}: arms.{arm.name}: docker/serve.sh refused: "
                                   f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")

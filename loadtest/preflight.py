@@ -100,8 +100,14 @@ try:
 except Exception as e:
     out["import_error"] = repr(e)[:300]
 try:
+    import warnings
     import torch
-    out["cuda"] = torch.cuda.is_available()
+    out["torch_cuda"] = torch.version.cuda
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out["cuda"] = torch.cuda.is_available()
+    if caught:
+        out["cuda_warning"] = str(caught[-1].message)[:300]
     out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else None
 except Exception as e:
     out["cuda_error"] = repr(e)[:300]
@@ -336,6 +342,47 @@ def check_host(rep: Report, shell: Shell) -> list[Gpu]:
     return gpus
 
 
+# Free space each folder needs (GiB): vllm-omni images are about 20 GiB each plus ours on top, a 0.6B model
+# snapshot about 2.5 GiB, a compile cache (vLLM + Inductor + Triton) a few GiB per image
+DISK_NEED_GIB = {"docker": 60.0, "hf_cache": 10.0, "compile_cache": 5.0}
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(rep: Report, shell: Shell) -> None:
+    """Enough free space where the images, the model and the compile caches go (a full disk fails mid-pull or
+    mid-compile, an hour in)."""
+    rc, out, _ = shell.run(["docker", "info", "--format", "{{.DockerRootDir}}"], 15)
+    places = {"docker": Path(out.strip()) if rc == 0 and out.strip() else None, "hf_cache": hf_cache(),
+              "compile_cache": Path(os.environ.get("COMPILE_CACHE") or Path.home() / ".cache/tts-loadtest/compile")}
+    if shell.dry_run:
+        rep.add("host.disk", "skip", "dry run: free space of " + ", ".join(
+            f"{k} (>= {v:g} GiB)" for k, v in DISK_NEED_GIB.items()))
+        return
+    low, seen = [], []
+    for what, path in places.items():
+        if path is None:
+            seen.append(f"{what}: unknown")
+            continue
+        try:
+            free = shutil.disk_usage(_existing(path)).free / 2**30
+        except OSError as e:
+            seen.append(f"{what} {path}: {e.strerror}")
+            continue
+        seen.append(f"{what} {path}: {free:.0f} GiB free")
+        if free < DISK_NEED_GIB[what]:
+            low.append(f"{what} {path} has {free:.1f} GiB free, needs {DISK_NEED_GIB[what]:g}")
+    if low:
+        rep.add("host.disk", "fail", "; ".join(low), "free space there (`docker system df`, `docker image prune`), or "
+                "point HF_CACHE / COMPILE_CACHE at a larger disk")
+    else:
+        rep.add("host.disk", "pass", "; ".join(seen))
+
+
 def check_gpu_memory(rep: Report, gpus: list[Gpu], shares: dict[str, list[float]]) -> None:
     """vLLM refuses to start a stage when free memory < its gpu_memory_utilization x total (vLLM 0.16.0
     vllm/v1/worker/utils.py, request_memory); both stages share GPU 0, so free memory must cover their sum."""
@@ -465,6 +512,22 @@ def check_images(rep: Report, shell: Shell, exp: ex.Experiment) -> dict[str, lis
     return shares
 
 
+# what torch/CUDA say when the host's driver is older than the CUDA runtime the image's torch was built with
+_DRIVER_TOO_OLD = re.compile(r"driver version is insufficient|too old|Error 803|forward compatibility|"
+                             r"unsupported display driver|cuda runtime version", re.I)
+
+
+def cuda_fix(why: str, info: dict) -> str:
+    """The fix line for a container without CUDA: an old driver is the driver's fault, not the toolkit's."""
+    if _DRIVER_TOO_OLD.search(why):
+        return (f"the host's NVIDIA driver is older than the CUDA {info.get('torch_cuda') or '?'} the image's torch "
+                "was built for: `nvidia-smi` shows the highest CUDA version the driver supports; upgrade the driver "
+                "(the container toolkit is not the cause)")
+    return ("check `docker run --rm --gpus all <image> nvidia-smi`: no GPU there means the NVIDIA Container Toolkit is "
+            "missing or not configured for Docker; a GPU there but none for torch means the driver and the image's "
+            "CUDA do not match (`nvidia-smi` shows the driver's CUDA version)")
+
+
 def _image_checks(rep: Report, arm: ex.Arm, tag: str, info: dict, revision: str | None) -> None:
     version, dist = info.get("version"), info.get("dist_version")
     rebuild = f"rebuild: VLLM_OMNI={arm.vllm_omni} VARIANT={arm.variant or ''} bash docker/serve.sh --build-only"
@@ -492,12 +555,11 @@ def _image_checks(rep: Report, arm: ex.Arm, tag: str, info: dict, revision: str 
         rep.add(f"image.{tag}.plugin", "pass", f"no {PLUGIN_ENTRY_POINT} entry point, as intended for vllm-omni "
                 f"{arm.vllm_omni}")
     if info.get("cuda"):
-        rep.add(f"image.{tag}.cuda", "pass", f"torch sees {info.get('device')} inside the container")
+        rep.add(f"image.{tag}.cuda", "pass", f"torch sees {info.get('device')} inside the container (torch CUDA "
+                f"{info.get('torch_cuda')})")
     else:
-        rep.add(f"image.{tag}.cuda", "fail", f"torch inside the container sees no GPU "
-                f"({info.get('cuda_error') or 'torch.cuda.is_available() is False'})",
-                "check `docker run --rm --gpus all <image> nvidia-smi`; the NVIDIA Container Toolkit and the driver "
-                "must match")
+        why = info.get("cuda_error") or info.get("cuda_warning") or "torch.cuda.is_available() is False"
+        rep.add(f"image.{tag}.cuda", "fail", f"torch inside the container sees no GPU ({why})", cuda_fix(why, info))
     if revision and info.get("snapshot_readable"):
         rep.add(f"image.{tag}.snapshot", "pass", f"the container (as uid {os.getuid()}) reads the model snapshot "
                 "through the HF_CACHE mount")
@@ -677,6 +739,17 @@ class Server:
     process: ServerProcess
     control: Path | None
     simulated: bool
+    shm_before: set[str] | None = None  # the host's /dev/shm entries before the start
+
+
+SHM = Path("/dev/shm")
+
+
+def shm_entries() -> set[str] | None:
+    try:
+        return set(os.listdir(SHM))
+    except OSError:
+        return None
 
 
 def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, folder: Path, variant: str | None,
@@ -711,6 +784,7 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
     if control:
         control.parent.mkdir(parents=True, exist_ok=True)
         write_control(control, variant or arm.variant or VARIANT_NAMES[0], observe=False, epoch=0)
+    shm_before = shm_entries()
     proc = ServerProcess(spec, folder / f"server-{arm.name}.log")
     STARTED.append(proc)
     t0 = time.monotonic()
@@ -730,7 +804,7 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
     what = "SIMULATED (ttssim)" if arm.backend == "sim" else f"vllm-omni {arm.vllm_omni} ({arm.image})"
     rep.add(name, "pass", f"{what} ready at {proc.url} in {time.monotonic() - t0:.1f} s"
             + (", control file " + control.name if control else "") + f"; stages: {stages[-80:]!r}")
-    return Server(arm, proc, control, arm.backend == "sim")
+    return Server(arm, proc, control, arm.backend == "sim", shm_before)
 
 
 def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, epoch: int, probe: Probe) -> bool:
@@ -870,6 +944,19 @@ def stop_server(rep: Report, server: Server) -> None:
         rep.add(f"server.{server.arm.name}.stop", "fail", f"exit {code} after {took:.1f} s",
                 "the server did not stop gracefully: read its log; on docker, `docker ps -a --filter "
                 "name=tts-vllm-omni` and `ls /dev/shm` for leftovers")
+    after = shm_entries()
+    name = f"server.{server.arm.name}.shm"
+    if server.shm_before is None or after is None:
+        rep.add(name, "skip", f"{SHM} is not readable here")
+        return
+    left = sorted(after - server.shm_before)
+    if left:  # a warning: on a shared host another process may have made them
+        rep.add(name, "pass", f"{len(left)} new entries in the host's {SHM} after the stop: {', '.join(left[:5])}",
+                warning="shared memory may have leaked out of the server (docker/serve.sh gives the container its own "
+                "/dev/shm with --shm-size; an --ipc=host container or a killed process leaves segments) unless "
+                f"another process made them: `ls -l {SHM}`, remove them once no server runs")
+    else:
+        rep.add(name, "pass", f"no new entries in the host's {SHM} after the stop ({len(after)} there)")
 
 
 # ----------------------------------------------------------------------------------------------------- main
@@ -929,6 +1016,8 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
     blocked: list[str] = []
     if backend == "vllm":
         gpus = check_host(rep, shell)
+        if not rep.failed("host.docker"):
+            check_disk(rep, shell)
         if args.prepare:
             prepare(rep, shell, exp)
         shares = check_images(rep, shell, exp)

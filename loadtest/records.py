@@ -148,7 +148,7 @@ class CounterDelta:
     syncs_per_step: float | None
     calls_per_request: float | None
     seconds_per_request: float | None
-    mean_batch: float | None
+    mean_batch: float | None  # rows per build_attn_metadata call: the PADDED batch on a GPU (CUDA-graph sizes)
     window: str = "measure"  # WINDOWS
     variants_moved: tuple[str, ...] = ()
     epoch_start: int | None = None

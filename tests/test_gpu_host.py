@@ -125,3 +125,14 @@ def test_report_marks_a_run_whose_plugin_skipped_its_source_check():
     assert man["arms"]["A"]["plugin_source_check"] == "on" and man["arms"]["B"]["plugin_source_check"] == "skipped"
     warnings = analysis._warnings({"manifest": man, "blocks": []}, [], [])
     assert len(warnings) == 1 and warnings[0].startswith(f"arm B (fixed) ran with {ENV_SKIP_SOURCE_CHECK}=1")
+
+
+@pytest.mark.slow  # the dry run asks docker/serve.sh (bash) for the start's commands
+def test_nested_dry_run_prints_one_control_file_server_per_start(monkeypatch):
+    monkeypatch.setenv("MODEL_REVISION", "0123456789abcdef0123456789abcdef01234567")
+    out = ex.dry_run(ex.mission(), hot_swap=True)
+    assert out.count("docker run -d") == 1 and "tts-vllm-omni:0.16.0-fixed vllm serve" not in out
+    assert "-v '<run>/starts/<n>:/run/tts-control:ro'" in out or "-v <run>/starts/<n>:/run/tts-control:ro" in out
+    assert "## arm B (fixed): no server of its own, runs as variant fixed inside arm A's starts" in out
+    fresh = ex.dry_run(ex.mission())
+    assert fresh.count("docker run -d") == 2 and "<run>/starts/<n>" not in fresh  # design fresh: a server per arm

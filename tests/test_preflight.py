@@ -236,6 +236,8 @@ def pid_of(name):
 cmd = args[0]
 if cmd == "version":
     answer("version")
+if cmd == "info" and "{{.DockerRootDir}}" in args:
+    answer("root")  # default: no answer, the docker folder's space is not judged (this box is not a GPU host)
 if cmd == "info":
     answer("info")
 if cmd == "build":  # docker/serve.sh rebuilds an image whose source label differs from the checkout's
@@ -586,3 +588,35 @@ def test_dry_run_lists_the_base_fallback_and_the_priming(capsys, monkeypatch):
     assert "# request.A: fallback, first that answers: base (Base with reference audio + transcript) -> base_xvector" \
         in text and "-> custom_voice (Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice" in text
     assert "# prime.A: 8 concurrent untimed" in text  # ab-default's first level
+
+
+@pytest.mark.parametrize(("why", "needle"), [
+    ("CUDA driver initialization failed: The NVIDIA driver on your system is too old (found version 11040)",
+     "older than the CUDA 12.8"),
+    ("CUDA initialization: CUDA driver version is insufficient for CUDA runtime version", "upgrade the driver"),
+    ("torch.cuda.is_available() is False", "NVIDIA Container Toolkit is missing")])
+def test_cuda_fix_blames_the_driver_only_when_it_is_the_driver(why, needle):
+    fix = pf.cuda_fix(why, {"torch_cuda": "12.8"})
+    assert needle in fix
+    assert ("toolkit is not the cause" in fix) == (needle != "NVIDIA Container Toolkit is missing")
+
+
+def test_disk_check_names_the_full_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_CACHE", str(tmp_path / "hf" / "not-yet"))  # not created yet: its disk is checked
+    monkeypatch.setenv("COMPILE_CACHE", str(tmp_path / "cc"))
+    free = {"/var/lib/docker": 500 * 2**30}
+
+    def usage(path):
+        return type("U", (), {"free": free.get(str(path), 3 * 2**30)})()
+
+    monkeypatch.setattr(pf.shutil, "disk_usage", usage)
+    monkeypatch.setattr(pf, "_existing", lambda p: p if str(p) == "/var/lib/docker" else tmp_path)
+    rep, _ = report()
+    pf.check_disk(rep, CannedShell({"docker info": (0, "/var/lib/docker\n", "")}))
+    c = rep.checks[-1]
+    assert c.status == "fail" and "hf_cache" in c.detail and "3.0 GiB free, needs 10" in c.detail
+    assert "compile_cache" in c.detail and "needs 60" not in c.detail  # 3 < 5 GiB is low too; docker's 500 is not
+    free[str(tmp_path)] = 100 * 2**30
+    rep, _ = report()
+    pf.check_disk(rep, CannedShell({"docker info": (0, "/var/lib/docker\n", "")}))
+    assert rep.checks[-1].status == "pass" and "docker /var/lib/docker: 500 GiB free" in rep.checks[-1].detail
