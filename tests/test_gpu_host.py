@@ -136,3 +136,24 @@ def test_nested_dry_run_prints_one_control_file_server_per_start(monkeypatch):
     assert "## arm B (fixed): no server of its own, runs as variant fixed inside arm A's starts" in out
     fresh = ex.dry_run(ex.mission())
     assert fresh.count("docker run -d") == 2 and "<run>/starts/<n>" not in fresh  # design fresh: a server per arm
+
+
+def test_report_warns_when_a_level_was_not_primed(tmp_path):
+    """Priming = at least C untimed (count or warm-up) requests before a level's measure window, recorded in the
+    window; a window whose level had fewer is named (its cold first requests may be timed)."""
+    import json as _json
+
+    from synthetic_runs import fresh
+
+    from ttsreport.blocks import load_run
+
+    run = fresh(tmp_path / "run", rounds=1, aa_rounds=0, levels=(2, 8))
+    assert not [w for w in analysis._warnings(load_run(run), [], []) if w.startswith("not primed")]
+    path = sorted(run.glob("blocks/*/requests.jsonl"))[0]
+    lines = path.read_text().splitlines()
+    kept = [ln for ln in lines if not (_json.loads(ln).get("concurrency") == 8
+                                      and _json.loads(ln).get("phase") in ("count", "warmup"))]
+    assert len(kept) < len(lines)
+    path.write_text("\n".join(kept) + "\n")
+    warned = [w for w in analysis._warnings(load_run(run), [], []) if w.startswith("not primed")]
+    assert len(warned) == 1 and f"{path.parent.name} c=8: 0" in warned[0]

@@ -366,6 +366,16 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
             out.append(f"c={lv}: the measure window ({short[0]['window_s']:.0f} s) is shorter than twice the p50 "
                        f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} windows: throughput there "
                        "is a start-up transient, not a steady state; use longer phases for a real answer")
+    unprimed = []  # priming: before a level's measure window, at least C untimed requests (count or warm-up phase)
+    for b in run["blocks"]:
+        for c in measure_edges(b["counters"]):
+            n = sum(1 for r in b["requests"] if r.get("concurrency") == c and r.get("phase") in ("count", "warmup"))
+            if n < int(c):
+                unprimed.append(f"{b['meta'].get('block_id')} c={c}: {n}")
+    if unprimed:
+        out.append(f"not primed: {len(unprimed)} level(s) sent fewer untimed requests than their concurrency before "
+                   f"the measure window ({', '.join(unprimed[:4])}{' ...' if len(unprimed) > 4 else ''}), so cold "
+                   "first requests (predictor KV cache, speech tokenizer, code2wav) may land in it; lengthen warmup_s")
     for b in run["blocks"]:  # requests running at the stop are never recorded: the last window needs a drain after it
         edges = measure_edges(b["counters"])
         if not edges:
