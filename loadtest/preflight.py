@@ -6,11 +6,15 @@ Every step prints PASS / FAIL / SKIP (a FAIL with its fix) and everything goes t
 `reports/preflight-<UTC>/preflight.json` (`{"checks": [{"name", "status", "detail", "fix"?, "warning"?}, ...]}`),
 next to the server's log. Steps, in order (docs/gpu-host.md, "First: make preflight", says what each FAIL means):
 
-  host       Docker Engine answers, it lists the NVIDIA runtime, GPU model and free memory (vllm; SKIP on sim)
+  host       Docker Engine answers, a container gets the GPU (runtime list or `docker run --gpus ... nvidia-smi`),
+             the container's GPU(s): model and free memory, free disk (vllm; SKIP on sim)
   image      per image of the experiment: present; inside it vllm_omni.__version__, the plugin entry point
              `tts_predictor_variant` (group vllm.general_plugins), CUDA; the model snapshot of MODEL_REVISION in HF_CACHE
   server     one server with a control file for every plugin arm (hot swap: the variants take turns in one server),
-             one plain server per arm without the plugin (vllm-omni >= 0.30)
+             one plain server per arm without the plugin (vllm-omni >= 0.30); ready = /health and the log's stages
+             line; then the Base fallback (request kinds base -> base_xvector -> custom_voice, the first that
+             answers; a dead engine stops the server's checks) and priming (the first level's concurrency in
+             untimed requests); after the stop, the host's /dev/shm compared with before the start
   variant    per variant: control file written (variant, observe on, a new epoch) -> one WAV and one streamed PCM
              Base request (decoded, 24 kHz, non-silent, plausible duration; the server's error text verbatim on
              failure) -> /metrics: tts_predictor_control_epoch shows the epoch, calls moved under this variant's
