@@ -48,6 +48,7 @@ from loadtest.plan import (
     window_scenario,
     window_seconds,
 )
+from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
 from loadtest.readiness import confirm_ready, make_probe
 from loadtest.scenario import load_scenario
 from loadtest.scraper import rows_of, sample_key
@@ -311,7 +312,9 @@ class Runner:
             url = server.wait_ready(self.s["ready_timeout_s"], sleep=self._sleep)
             if self.probe is None:
                 self.probe = make_probe(self.exp.model, self.exp.request)
-            left = self.s["ready_timeout_s"] - (time.monotonic() - t0)
+            # the stages' line and one request get at least a request's time even after a start that used up
+            # nearly all of the ready timeout
+            left = max(READY_REQUEST_S, self.s["ready_timeout_s"] - (time.monotonic() - t0))
             record.ready_check = confirm_ready(server, self.probe, left, sleep=self._sleep)
         except Interrupted:
             record.status, record.reason = "interrupted", "SIGINT/SIGTERM while the server started"
