@@ -157,3 +157,22 @@ def test_report_warns_when_a_level_was_not_primed(tmp_path):
     path.write_text("\n".join(kept) + "\n")
     warned = [w for w in analysis._warnings(load_run(run), [], []) if w.startswith("not primed")]
     assert len(warned) == 1 and f"{path.parent.name} c=8: 0" in warned[0]
+
+
+def test_report_shows_each_starts_compile_cache(tmp_path):
+    """start.json's compile_cache (the runner's record of serve.sh's cold/warm line) reaches the design section."""
+    import json as _json
+
+    from synthetic_runs import nested
+
+    from ttsreport.report import design_section
+
+    run = nested(tmp_path / "run", starts=3, pairs=2, d=lambda s, p: 0.0)
+    for i, path in enumerate(sorted(run.glob("starts/*/start.json"))):
+        doc = _json.loads(path.read_text())
+        doc["compile_cache"] = "cold" if i == 0 else "warm"
+        path.write_text(_json.dumps(doc))
+    summary, comparison = analysis.summarize(run)
+    assert [s["compile_cache"] for s in summary["starts"]] == ["cold", "warm", "warm"]
+    text = design_section(summary, comparison).parts[0]
+    assert "3 server start(s) (1 with a cold compile cache, 2 warm" in text

@@ -344,6 +344,7 @@ def _arms_info(manifest: dict, starts: dict, variants: dict, blocks: list[dict])
 def _starts(starts: dict) -> list[dict]:
     return [{"start": s.get("start"), "arm": s.get("arm"), "status": s.get("status"), "reason": s.get("reason"),
              "ready_s": s.get("ready_s"), "stop_s": s.get("stop_s"), "windows": s.get("windows") or [],
+             "compile_cache": s.get("compile_cache"),
              "evidence": s.get("evidence"), "switches": len(s.get("switches") or [])} for _, s in sorted(starts.items())]
 
 
