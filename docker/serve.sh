@@ -38,7 +38,8 @@
 #                       --init-timeout; its defaults 300/600 s are shorter than ours, and on a timeout it only warns
 #                       and serves anyway), at least HEALTH_TIMEOUT_S
 #   COMPILE_CACHE [~/.cache/tts-loadtest/compile]  host folder of the persistent compile caches (vLLM, Inductor,
-#                       Triton), one sub-folder per host and image id, so a start after the first is warm
+#                       Triton), one sub-folder per host, release, build-file hash and base image id, so a start
+#                       after the first is warm
 #   SHM_SIZE [16g]      the container's own /dev/shm (vLLM's stages exchange data through shared memory; a private
 #                       one dies with the container, where --ipc=host would leave leaked segments on the host)
 #   SERVER_CPUS, SERVER_MEMS  --cpuset-cpus / --cpuset-mems of the server [one NUMA node: python3 -m
@@ -163,8 +164,10 @@ snapshot="$CONTAINER_HF/hub/models--${MODEL//\//--}/snapshots/$revision"
 SOURCE_LABEL=tts-loadtest.source-sha256
 source_hash=$(find "${context[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | LC_ALL=C sort -z \
               | xargs -0 sha256sum | sha256sum | cut -c1-16)
-# one compile-cache folder per host and image: a cache written by other code or another GPU is never reused
-cache_key="$(hostname -s 2>/dev/null || echo host)/${IMAGE//[:\/]/_}"
+# one compile-cache folder per host, release, build files and base image: a cache written by other code or on another
+# host is never reused, while the variant images of one release (they differ in a default variant only, and a hot-swap
+# server runs every variant on one compile) share theirs, so a start of either is warm after the first
+cache_key="$(hostname -s 2>/dev/null || echo host)/vllm-omni-$VLLM_OMNI-src$source_hash"
 
 pull=(docker pull "$BASE_IMAGE")
 build=(docker build -f "$dockerfile" "${build_args[@]}" --label "$SOURCE_LABEL=$source_hash" -t "$IMAGE" .)
@@ -181,7 +184,7 @@ cpuset=()
 [ -n "$SERVER_CPUS" ] && cpuset+=(--cpuset-cpus "$SERVER_CPUS")
 [ -n "$SERVER_CPUS" ] && [ -n "$SERVER_MEMS" ] && cpuset+=(--cpuset-mems "$SERVER_MEMS")
 # set by run_args once the image id is known (the dry run shows <image-id>)
-compile_dir="$COMPILE_CACHE/$cache_key-<image-id>"
+compile_dir="$COMPILE_CACHE/$cache_key-base<base-image-id>"
 run_args() {
   run=(docker run -d --name "$NAME" --user "$uid:$gid" --gpus "$GPUS" --shm-size "$SHM_SIZE" "${cpuset[@]}"
        -p "$HOST:$PORT:8091"
@@ -290,9 +293,9 @@ if [ "$have" != "$source_hash" ]; then
   "${build[@]}"
 fi
 probe_out=$(probe_gpu 2>&1) || die "no GPU inside a container (\`$(printf '%q ' "${probe[@]}")\`): ${probe_out##*$'\n'}"
-image_id=$(docker image inspect --format '{{.Id}}' "$IMAGE")
-image_id=${image_id#sha256:}
-compile_dir="$COMPILE_CACHE/$cache_key-${image_id:0:12}"
+base_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null || echo unknown)
+base_id=${base_id#sha256:}
+compile_dir="$COMPILE_CACHE/$cache_key-base${base_id:0:12}"
 run_args
 mkdir -p "$compile_dir"
 if [ -n "$(ls -A "$compile_dir" 2>/dev/null)" ]; then cache_state=warm; else cache_state=cold; fi

@@ -229,7 +229,8 @@ def test_serve_dry_run_prints_exact_commands(tmp_path):
         assert serve[serve.index(flag) + 1] == val
     # the persistent compile cache: one folder per host and image, the three caches inside it
     mount = next(v for v in run if v.endswith(":/home/tts/.cache/tts-compile"))
-    assert f"/.cache/tts-loadtest/compile/{socket.gethostname().split('.')[0]}/tts-vllm-omni_0.16.0-original-" in mount
+    assert f"/.cache/tts-loadtest/compile/{socket.gethostname().split('.')[0]}/vllm-omni-0.16.0-src" in mount
+    assert mount.split(":")[0].endswith("-base<base-image-id>")  # the base image's id, known once it is pulled
     for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         assert any(v.startswith(f"{var}=/home/tts/.cache/tts-compile/") for v in run), var
     assert "--label" in _line(out, "docker build") and "tts-loadtest.source-sha256=" in " ".join(_line(out, "docker build"))
@@ -298,7 +299,8 @@ def test_serve_source_label_changes_with_the_plugin_source(tmp_path):
         run_dir = tmp_path / have
         run_dir.mkdir()
         proc = _fake_serve(run_dir, stop_s=0, FAKE_LABEL=have)
-        cache = f"{run_dir / 'cc'}/{socket.gethostname().split('.')[0]}/tts-vllm-omni_0.16.0-original-0123456789ab"
+        src = label().split("=", 1)[1]
+        cache = f"{run_dir / 'cc'}/{socket.gethostname().split('.')[0]}/vllm-omni-0.16.0-src{src}-base0123456789ab"
         assert f"serve.sh: compile cache cold: {cache}\n" in proc.seen
         from loadtest.experiment import compile_cache_state  # the runner's reader of that line (start.json)
 
