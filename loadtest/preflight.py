@@ -434,7 +434,9 @@ def _prep_line(c: ex.Command) -> str:
 
 
 def prepare(rep: Report, shell: Shell, exp: ex.Experiment) -> None:
-    """--prepare: pull, build and fetch (loadtest.experiment.images), each a check."""
+    """--prepare: pull, build and fetch (loadtest.experiment.images), each a check. The server starts that follow
+    warm each image's compile cache (docker/serve.sh COMPILE_CACHE), so a run's first start is not a cold one."""
+    shell.print_line("# PREPARE: pull, build, fetch; the server start(s) below then warm the compile cache")
     for c in ex.images(exp):
         rc, out, err = shell.run(c.argv, 3600, c.env)
         name = "prepare." + re.sub(r"[^A-Za-z0-9_.:@-]+", "_", c.what)
