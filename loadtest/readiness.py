@@ -60,7 +60,8 @@ def wait_stages(server: ServerProcess, timeout_s: float, sleep: Callable[[float]
                               f"(see {server.log_path.name})")
         if time.monotonic() >= deadline:
             raise ServerError(f"not ready: /health answers, but the log shows no stage initialised within "
-                              f"{timeout_s:g} s (see {server.log_path.name})")
+                              f"{timeout_s:g} s (see {server.log_path.name}; the line is logged at INFO, so "
+                              "VLLM_LOGGING_LEVEL must not be above INFO)")
         sleep(0.2)
 
 
