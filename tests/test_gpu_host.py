@@ -176,3 +176,33 @@ def test_report_shows_each_starts_compile_cache(tmp_path):
     assert [s["compile_cache"] for s in summary["starts"]] == ["cold", "warm", "warm"]
     text = design_section(summary, comparison).parts[0]
     assert "3 server start(s) (1 with a cold compile cache, 2 warm" in text
+
+
+class _LogServer:
+    """What readiness.wait_stages reads of a ServerProcess: its log, whether it lives, the log's name."""
+
+    def __init__(self, log: str, alive: bool = True):
+        from pathlib import Path
+
+        self.log, self._alive, self.log_path, self.proc = log, alive, Path("server.log"), type("P", (), {"returncode": 1})
+
+    def log_tail(self, n):
+        return self.log
+
+    def alive(self):
+        return self._alive
+
+
+@pytest.mark.parametrize(("log", "alive", "needle"), [
+    (TIMEOUT_016, True, "Initialization timeout: 1/2 stages ready"),
+    (READY_016 + "\n" + DEAD_016, True, "EngineCore encountered a fatal error"),
+    ("INFO loading weights", False, "exited with code 1 before its stages initialised"),
+    ("INFO loading weights", True, "VLLM_LOGGING_LEVEL must not be above INFO")])
+def test_wait_stages_refuses_what_is_not_ready(log, alive, needle):
+    from loadtest.readiness import wait_stages
+    from loadtest.server_process import ServerError
+
+    with pytest.raises(ServerError, match="not ready|exited") as e:
+        wait_stages(_LogServer(log, alive), 0.0, sleep=lambda s: None)
+    assert needle in str(e.value)
+    assert wait_stages(_LogServer("x\n" + READY_030), 0.0) == READY_030
