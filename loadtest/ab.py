@@ -185,7 +185,7 @@ def main(argv=None) -> int:
                 a.out, a.name = tmp, "dry-run"
                 _, manifest = new_run(a)
                 exp = experiment_for(manifest["settings"])
-                sys.stdout.write(ex.dry_run(exp))
+                sys.stdout.write(ex.dry_run(exp, hot_swap=manifest["design"]["hot_swap"]))
                 print("## the plan (nothing was run or written)")
                 print(describe(manifest))
             return 0

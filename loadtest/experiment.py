@@ -11,18 +11,21 @@ The A/B runner calls (the module has no other side effects):
   images(exp, model_revision=None) -> [Command]    pull, build, fetch the model: run once before block 1, untimed
   server_launch(arm, port, ...) -> Launch          argv + env of one block's server, its health URL and stop budget
   check_evidence(arm, server_log_text, metrics_rows) -> (ok, reason)   the arm's manipulation check (pure)
-  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none)
+  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none, its
+                                                   base image digest or a tag-only warning)
 All docker commands are written in docker/serve.sh alone; an arm only chooses its environment and arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from typing import Any
 import yaml
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
+from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 
 SCHEMA = "tts-experiment/1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +124,7 @@ class Experiment:
     until_decided: bool = False
     min_rounds: int | None = None
     max_rounds: int | None = None
+    request: str = "base"  # loadtest.prompts.REQUEST_KINDS: what every request of the run is (preflight's fallback)
 
     @property
     def backends(self) -> set[str]:
@@ -281,8 +286,8 @@ def _arm(path: str, name: str, r: _Reader) -> Arm:
         raise ExperimentError(f"{path}: {r.key('base_image')}: tag {tag} does not match vllm_omni {version}")
     server_args = r.strings("server_args")
     for i, a in enumerate(server_args):
-        if a in ("--host", "--port", "--stage-configs-path", "--deploy-config", "--served-model-name", "--revision",
-                 "--tokenizer-revision") or a.split("=")[0] in ("--host", "--port"):
+        if a.split("=")[0] in ("--host", "--port", "--stage-configs-path", "--deploy-config", "--served-model-name",
+                               "--revision", "--tokenizer-revision", "--stage-init-timeout", "--init-timeout"):
             raise ExperimentError(f"{path}: {r.key('server_args')}[{i}]: {a} is set by docker/serve.sh; "
                                   "use the arm's own key (stages/deploy) or the experiment's model")
     if version == PLUGIN_VERSION:
@@ -327,7 +332,7 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ExperimentError(f"{p}: {where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     r = _Reader(p, data)
     r.only({"schema", "name", "idea", "scenario", "design", "primary_metric", "model", "confounded", "arms",
-            "analysis"})
+            "analysis", "request"})
     if r.get("schema", (str,), required=True) != SCHEMA:
         r.fail(f"schema must be {SCHEMA!r}")
     name = r.get("name", (str,), required=True)
@@ -381,6 +386,15 @@ def load_experiment(path: str | Path) -> Experiment:
         revision = m.get("revision", (str,))
         if revision is not None and not _REVISION.fullmatch(revision):
             raise ExperimentError(f"{p}: model.revision: want the 40-hex commit of {model}, got {revision!r}")
+    from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
+
+    request = r.get("request", (str,), default="base")
+    if request not in REQUEST_KINDS:
+        r.fail(f"request {request!r} is not one of {list(REQUEST_KINDS)}")
+    if (request == "custom_voice") != (model == CUSTOM_VOICE_MODEL):
+        raise ExperimentError(f"{p}: request: {request} with model {model}: custom_voice requests need "
+                              f"model.name {CUSTOM_VOICE_MODEL} (built-in speakers), and that model serves no Base "
+                              "request")
     arms_r = r.sub("arms", required=True)
     if len(arms_r.data) < 2:
         arms_r.fail("an experiment needs two or more arms")
@@ -404,7 +418,8 @@ def load_experiment(path: str | Path) -> Experiment:
                       confounded.strip() if confounded else None,
                       simulated=all(a.backend == "sim" for a in arms.values()), margin_pct=margin,
                       confidence=confidence, until_decided=until == "decided", min_rounds=min_rounds,
-                      max_rounds=max_rounds)
+                      max_rounds=max_rounds,
+                      request=request)
 
 
 def mission(a: str = "original", b: str = "fixed", path: str | Path = ROOT / MISSION) -> Experiment:
@@ -517,11 +532,12 @@ def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str |
     return Launch(arm.name, _serve_argv(arm), env, base + "/health", base, STOP_GRACE_S + 15.0, simulated=False)
 
 
-def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None) -> str:
-    """Every command of every arm, in the order a run would use them; nothing is started."""
+def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None, hot_swap: bool = False) -> str:
+    """Every command of every arm, in the order a run would use them; nothing is started. hot_swap (designs swap and
+    nested): each server start is the first arm's spec with a control file, the other arms run inside it."""
     out = [f"# experiment {exp.name} ({exp.path}): {exp.idea}",
            f"# scenario {exp.scenario}; design: {exp.aa_rounds} A/A + {exp.rounds} A/B rounds, seed {exp.seed}; "
-           f"primary metric {exp.primary_metric}"]
+           f"primary metric {exp.primary_metric}; requests: {exp.request} ({exp.model})"]
     if exp.simulated:
         out.append("# SIMULATED: every arm runs on ttssim (modelled timings), NOT on vllm-omni")
     if exp.confounded:
@@ -532,19 +548,37 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
         for c in prep:
             out.append(f"# {c.what}: {' '.join(f'{k}={shlex.quote(v)}' for k, v in c.env.items())} "
                        f"{shlex.join(c.argv)}")
-    for arm in exp.arms.values():
+    arms = list(exp.arms.values())
+    if hot_swap:
+        first = arms[0]
+        out.append(f"## one server per start (hot swap): arm {first.name}'s spec with a control file in the start's "
+                   "folder; every window writes its arm's variant there and the server switches at a step boundary")
+        for arm in arms[1:]:
+            out.append(f"## arm {arm.name} ({arm.label}): no server of its own, runs as variant "
+                       f"{arm.variant or arm.sim and arm.sim.variant} inside arm {first.name}'s starts")
+        arms = [first]
+    for arm in arms:
         launch = server_launch(exp, arm, port, model_revision=model_revision)
         out.append(f"## arm {arm.name} ({arm.label}): " + (
             f"SIMULATED stand-in for {arm.simulated_from}" if arm.simulated_from else
             "SIMULATED (ttssim)" if arm.backend == "sim" else
             f"vllm-omni {arm.vllm_omni}, image {arm.image} on {arm.base_image}"))
         out.append(f"# evidence: {_describe(arm.evidence)}")
+        if pin_warning(arm):
+            out.append(f"# WARNING: {pin_warning(arm)}")
         if arm.backend == "sim":
-            out.append(shlex.join(launch.argv))
+            argv = launch.argv + (["--control", f"<run>/starts/<n>/{CONTROL_FILE}"] if hot_swap else [])
+            out.append(shlex.join(argv))
             out.append(f"# health: poll {launch.health_url}; stop: SIGTERM")
             continue
-        proc = subprocess.run(launch.argv[:2] + ["--dry-run"] + launch.argv[2:], cwd=ROOT,
-                              env={**os.environ, **launch.env}, capture_output=True, text=True, timeout=60)
+        env = {**os.environ, **launch.env}
+        with tempfile.TemporaryDirectory(prefix="tts-dry-start-") as start_dir:
+            if hot_swap:  # serve.sh checks the folder and its file; the runner writes them in starts/<n>/ first
+                Path(start_dir, CONTROL_FILE).write_text("{}")
+                env["CONTROL_DIR"] = start_dir
+            proc = subprocess.run(launch.argv[:2] + ["--dry-run"] + launch.argv[2:], cwd=ROOT,
+                                  env=env, capture_output=True, text=True, timeout=60)
+            proc.stdout = proc.stdout.replace(start_dir, "<run>/starts/<n>")
         if proc.returncode != 0:
             raise ExperimentError(f"{exp.path}: arms.{arm.name}: docker/serve.sh refused: "
                                   f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
@@ -561,6 +595,48 @@ def _describe(ev: Evidence) -> str:
     return "; ".join(parts)
 
 
+def pinned_digest(base_image: str | None) -> str | None:
+    """The sha256 digest a base image reference pins (`repo:tag@sha256:...`), None for a tag-only reference."""
+    if not base_image or "@" not in base_image:
+        return None
+    return base_image.split("@", 1)[1]
+
+
+def pin_warning(arm: Arm) -> str | None:
+    """A tag can be re-pushed, so two runs of the same file may run different images; only a digest pins."""
+    if arm.backend != "vllm" or pinned_digest(arm.base_image):
+        return None
+    return (f"arm {arm.name}: base image {arm.base_image} is pinned by tag only (a tag can be re-pushed); write "
+            f"base_image: {arm.base_image}@sha256:<digest> (docs/gpu-host.md, \"Pinning the base images\")")
+
+
+def local_digests(image: str, run=subprocess.run) -> list[str]:
+    """The repository digests Docker holds for a pulled image (`docker image inspect .RepoDigests`); [] when Docker
+    or the image is not there. What a tag-only arm actually ran, recorded next to the tag."""
+    try:
+        p = run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image], capture_output=True,
+                text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if p.returncode != 0:
+        return []
+    try:
+        found = json.loads(p.stdout or "[]") or []
+    except ValueError:
+        return []
+    return sorted(d for d in found if isinstance(d, str) and "@sha256:" in d)
+
+
+# docker/serve.sh says before each start whether the image's compile-cache folder held anything (warm) or not (cold)
+_CACHE_LINE = re.compile(r"^serve\.sh: compile cache (cold|warm): ", re.M)
+
+
+def compile_cache_state(server_log_text: str | None) -> str | None:
+    """"cold" or "warm" for a start of docker/serve.sh (its server log), None when the log does not say."""
+    m = _CACHE_LINE.search(server_log_text or "")
+    return m.group(1) if m else None
+
+
 def arm_manifest(arm: Arm) -> dict[str, Any]:
     """The arm as the run manifest records it; says whether our plugin is in the image, and why not when it is not."""
     if arm.backend == "sim":
@@ -571,7 +647,11 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
-            "base_image": arm.base_image, "image": arm.image, "plugin": plugin, "stages": arm.stages,
+            "base_image": arm.base_image, "base_image_digest": pinned_digest(arm.base_image),
+            "base_image_pin": "digest" if pinned_digest(arm.base_image) else "tag only",
+            "pin_warning": pin_warning(arm), "image": arm.image, "plugin": plugin,
+            "plugin_source_check": "skipped" if dict(arm.env).get(ENV_SKIP_SOURCE_CHECK) == "1" else "on",
+            "stages": arm.stages,
             "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
             "evidence": _describe(arm.evidence)}
 

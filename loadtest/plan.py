@@ -478,7 +478,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "experiment": {"path": None if shorthand else a.experiment, "name": exp.name, "idea": exp.idea,
                        "sha256": sha256(exp_file) if exp_file.is_file() else None, "shorthand": shorthand,
                        "primary_metric": exp.primary_metric, "simulated": exp.simulated,
-                       "confounded": exp.confounded},
+                       "confounded": exp.confounded, "request": exp.request, "model": exp.model},
         "arms": {side: ex.arm_manifest(arm) for side, arm in arms.items()},
         "variants": {side: arm.variant for side, arm in arms.items()},
         "labels": {side: arm.label for side, arm in arms.items()},
@@ -498,6 +498,9 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     rs.record(manifest, sequential=d["sequential"], analysis=pre)
     env = environment(images)
     manifest["backend"]["image_digest"] = env.pop("image_digest", None)
+    # what each base image tag resolved to on this host (a tag-only pin is otherwise unrecoverable afterwards)
+    manifest["backend"]["base_image_digests"] = {b: ex.local_digests(b) for b in sorted(
+        {x.base_image for x in arms.values() if x.backend == "vllm" and x.base_image})} or None
     manifest["git_revision"] = env.pop("git_revision")
     manifest["host"] = env
     write_json(run / "manifest.json", manifest)

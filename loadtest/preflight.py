@@ -6,11 +6,15 @@ Every step prints PASS / FAIL / SKIP (a FAIL with its fix) and everything goes t
 `reports/preflight-<UTC>/preflight.json` (`{"checks": [{"name", "status", "detail", "fix"?, "warning"?}, ...]}`),
 next to the server's log. Steps, in order (docs/gpu-host.md, "First: make preflight", says what each FAIL means):
 
-  host       Docker Engine answers, it lists the NVIDIA runtime, GPU model and free memory (vllm; SKIP on sim)
+  host       Docker Engine answers, a container gets the GPU (runtime list or `docker run --gpus ... nvidia-smi`),
+             the container's GPU(s): model and free memory, free disk (vllm; SKIP on sim)
   image      per image of the experiment: present; inside it vllm_omni.__version__, the plugin entry point
              `tts_predictor_variant` (group vllm.general_plugins), CUDA; the model snapshot of MODEL_REVISION in HF_CACHE
   server     one server with a control file for every plugin arm (hot swap: the variants take turns in one server),
-             one plain server per arm without the plugin (vllm-omni >= 0.30)
+             one plain server per arm without the plugin (vllm-omni >= 0.30); ready = /health and the log's stages
+             line; then the Base fallback (request kinds base -> base_xvector -> custom_voice, the first that
+             answers; a dead engine stops the server's checks) and priming (the first level's concurrency in
+             untimed requests); after the stop, the host's /dev/shm compared with before the start
   variant    per variant: control file written (variant, observe on, a new epoch) -> one WAV and one streamed PCM
              Base request (decoded, 24 kHz, non-silent, plausible duration; the server's error text verbatim on
              failure) -> /metrics: tts_predictor_control_epoch shows the epoch, calls moved under this variant's
@@ -39,24 +43,25 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from loadtest import engine_log
 from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, Outcome, run_request
-from loadtest.prompts import load_corpus, load_voice, speech_payload
+from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
+from loadtest.readiness import REQUEST_TIMEOUT_S, Probe, make_probe, prime, wait_stages
 from loadtest.records import PREFLIGHT_SCHEMA, signature_holds, write_json
+from loadtest.scenario import load_scenario
 from loadtest.scraper import http_get, parse_metrics
-from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port
+from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port, health
+from loadtest.telemetry import Nvml, container_gpus, gpus_spec
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import VARIANT_NAMES
 
 STATUSES = ("pass", "fail", "skip")
-CORPUS = "configs/prompts/en.yaml"
-VOICE = "configs/voices/ref.yaml"
 SIM_CONFIG = "configs/sim/default.yaml"
 PLUGIN_ENTRY_POINT = "tts_predictor_variant"  # pyproject.toml, [project.entry-points."vllm.general_plugins"]
 PLUGIN_GROUP = "vllm.general_plugins"
 CONTAINER_HF = "/home/tts/.cache/huggingface"  # docker/serve.sh CONTAINER_HF
-REQUEST_TIMEOUT_S = 120.0  # one short sentence; a real server answers in seconds once it is ready
 EXTRA_REQUESTS = 4  # more streamed requests while the sync sampler has not observed a call yet
 # GPUs the published numbers come from (H100 / H200 / GH200); another GPU runs, with a warning.
 H100_CLASS = re.compile(r"\bG?H(100|200)\b", re.I)
@@ -98,8 +103,14 @@ try:
 except Exception as e:
     out["import_error"] = repr(e)[:300]
 try:
+    import warnings
     import torch
-    out["cuda"] = torch.cuda.is_available()
+    out["torch_cuda"] = torch.version.cuda
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out["cuda"] = torch.cuda.is_available()
+    if caught:
+        out["cuda_warning"] = str(caught[-1].message)[:300]
     out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else None
 except Exception as e:
     out["cuda_error"] = repr(e)[:300]
@@ -188,7 +199,9 @@ def _last_line(text: str, limit: int = 300) -> str:
 
 
 def docker_runtimes(shell: Shell) -> tuple[bool, str]:
-    """(NVIDIA runtime listed, why): the rule `make serve` applies (ttssim/launch.py; a test holds the two equal)."""
+    """(Docker can give a container the GPU, why): the runtime list, else `docker run --gpus ... nvidia-smi` in a
+    local image (docker/serve.sh --probe-gpu). The rule `make serve` applies (ttssim/launch.py; a test holds the two
+    equal)."""
     if shutil.which("docker") is None and not shell.dry_run:
         return False, "no docker executable on PATH"
     rc, out, err = shell.run(["docker", "info", "--format", "{{json .Runtimes}}"], 15)
@@ -201,7 +214,12 @@ def docker_runtimes(shell: Shell) -> tuple[bool, str]:
     text = " ".join(runtimes) if isinstance(runtimes, dict) else out.strip()
     if "nvidia" in text.lower():
         return True, "`docker info` lists the NVIDIA runtime"
-    return False, f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})"
+    before = f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})"
+    # --gpus works without a runtime entry (the toolkit's hook): a container that sees the GPU decides
+    rc, out, err = shell.run(["bash", ex.SERVE_SH, "--probe-gpu"], 120)
+    if rc == 0 and not shell.dry_run:
+        return True, f"{before}, but `docker run --gpus` sees {(out.strip().splitlines() or ['a GPU'])[0][:120]}"
+    return False, f"{before}; no GPU in a container either ({_last_line(err, 200) or f'exit {rc}'})"
 
 
 def choose_backend(given: str | None) -> tuple[str, str]:
@@ -289,7 +307,7 @@ def check_host(rep: Report, shell: Shell) -> list[Gpu]:
         else:
             ok, why = docker_runtimes(shell)
             if shell.dry_run:
-                rep.add("host.nvidia_runtime", "skip", "dry run")
+                rep.add("host.nvidia_runtime", "skip", "dry run (the runtime list, else a container's nvidia-smi)")
             elif ok:
                 rep.add("host.nvidia_runtime", "pass", why)
             else:
@@ -297,21 +315,75 @@ def check_host(rep: Report, shell: Shell) -> list[Gpu]:
                         "install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker "
                         "&& sudo systemctl restart docker` (`docker info --format '{{json .Runtimes}}'` must list "
                         "nvidia)")
-    gpus, source = read_gpus(shell)
+    every, source = read_gpus(shell)
+    spec = gpus_spec()
+    try:
+        chosen = container_gpus(spec, len(every)) if every else []
+    except ValueError as e:
+        rep.add("host.gpu", "fail", str(e), "GPUS is docker run --gpus: all, a count, or device=I[,J...] with this "
+                "host's indices (nvidia-smi -L)")
+        return []
+    # the container's GPUs only, in docker's order: its first is where both stages run
+    # (GPU-UUIDs: this list has no UUIDs to match, so every GPU is shown and the first one checked)
+    uuids = any(isinstance(c, str) for c in chosen)
+    gpus = every if uuids else [g for c in chosen for g in every if g.index == c]
     if shell.dry_run:
-        rep.add("host.gpu", "skip", "dry run (NVML through nvidia-ml-py, else the nvidia-smi query above)")
+        rep.add("host.gpu", "skip", f"dry run (NVML through nvidia-ml-py, else the nvidia-smi query above; the "
+                f"container's GPU(s) only: GPUS={spec})")
     elif not gpus:
         rep.add("host.gpu", "fail", f"no GPU readable ({source})",
                 "install the NVIDIA driver (`nvidia-smi` must list the GPU); this suite needs one NVIDIA GPU")
     else:
         g = gpus[0]
-        detail = (f"GPU 0 of {len(gpus)}: {g.name}, {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB free "
-                  f"(via {source}; both stages run on GPU 0)")
+        detail = (f"GPU {g.index} ({len(gpus)} of the host's {len(every)} for GPUS={spec}): {g.name}, "
+                  f"{g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB free (via {source}; both stages run "
+                  "on the container's first GPU)")
         warn = None if H100_CLASS.search(g.name) else (
             f"{g.name} is not H100-class: the suite runs, but the published numbers (docs/sources.md) are from "
             "H100s, so compare with them only loosely")
         rep.add("host.gpu", "pass", detail, warning=warn)
     return gpus
+
+
+# Free space each folder needs (GiB): vllm-omni images are about 20 GiB each plus ours on top, a 0.6B model
+# snapshot about 2.5 GiB, a compile cache (vLLM + Inductor + Triton) a few GiB per image
+DISK_NEED_GIB = {"docker": 60.0, "hf_cache": 10.0, "compile_cache": 5.0}
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(rep: Report, shell: Shell) -> None:
+    """Enough free space where the images, the model and the compile caches go (a full disk fails mid-pull or
+    mid-compile, an hour in)."""
+    rc, out, _ = shell.run(["docker", "info", "--format", "{{.DockerRootDir}}"], 15)
+    places = {"docker": Path(out.strip()) if rc == 0 and out.strip() else None, "hf_cache": hf_cache(),
+              "compile_cache": Path(os.environ.get("COMPILE_CACHE") or Path.home() / ".cache/tts-loadtest/compile")}
+    if shell.dry_run:
+        rep.add("host.disk", "skip", "dry run: free space of " + ", ".join(
+            f"{k} (>= {v:g} GiB)" for k, v in DISK_NEED_GIB.items()))
+        return
+    low, seen = [], []
+    for what, path in places.items():
+        if path is None:
+            seen.append(f"{what}: unknown")
+            continue
+        try:
+            free = shutil.disk_usage(_existing(path)).free / 2**30
+        except OSError as e:
+            seen.append(f"{what} {path}: {e.strerror}")
+            continue
+        seen.append(f"{what} {path}: {free:.0f} GiB free")
+        if free < DISK_NEED_GIB[what]:
+            low.append(f"{what} {path} has {free:.1f} GiB free, needs {DISK_NEED_GIB[what]:g}")
+    if low:
+        rep.add("host.disk", "fail", "; ".join(low), "free space there (`docker system df`, `docker image prune`), or "
+                "point HF_CACHE / COMPILE_CACHE at a larger disk")
+    else:
+        rep.add("host.disk", "pass", "; ".join(seen))
 
 
 def check_gpu_memory(rep: Report, gpus: list[Gpu], shares: dict[str, list[float]]) -> None:
@@ -334,7 +406,7 @@ def check_gpu_memory(rep: Report, gpus: list[Gpu], shares: dict[str, list[float]
         rep.add("host.gpu_memory", "pass", detail)
     else:
         rep.add("host.gpu_memory", "fail", detail,
-                "free GPU 0: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` lists who holds it "
+                f"free GPU {g.index}: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` lists who holds it "
                 "(an old container: `docker ps --filter name=tts-vllm-omni`)")
 
 
@@ -361,7 +433,9 @@ def _prep_line(c: ex.Command) -> str:
 
 
 def prepare(rep: Report, shell: Shell, exp: ex.Experiment) -> None:
-    """--prepare: pull, build and fetch (loadtest.experiment.images), each a check."""
+    """--prepare: pull, build and fetch (loadtest.experiment.images), each a check. The server starts that follow
+    warm each image's compile cache (docker/serve.sh COMPILE_CACHE), so a run's first start is not a cold one."""
+    shell.print_line("# PREPARE: pull, build, fetch; the server start(s) below then warm the compile cache")
     for c in ex.images(exp):
         rc, out, err = shell.run(c.argv, 3600, c.env)
         name = "prepare." + re.sub(r"[^A-Za-z0-9_.:@-]+", "_", c.what)
@@ -443,6 +517,22 @@ def check_images(rep: Report, shell: Shell, exp: ex.Experiment) -> dict[str, lis
     return shares
 
 
+# what torch/CUDA say when the host's driver is older than the CUDA runtime the image's torch was built with
+_DRIVER_TOO_OLD = re.compile(r"driver version is insufficient|too old|Error 803|forward compatibility|"
+                             r"unsupported display driver|cuda runtime version", re.I)
+
+
+def cuda_fix(why: str, info: dict) -> str:
+    """The fix line for a container without CUDA: an old driver is the driver's fault, not the toolkit's."""
+    if _DRIVER_TOO_OLD.search(why):
+        return (f"the host's NVIDIA driver is older than the CUDA {info.get('torch_cuda') or '?'} the image's torch "
+                "was built for: `nvidia-smi` shows the highest CUDA version the driver supports; upgrade the driver "
+                "(the container toolkit is not the cause)")
+    return ("check `docker run --rm --gpus all <image> nvidia-smi`: no GPU there means the NVIDIA Container Toolkit is "
+            "missing or not configured for Docker; a GPU there but none for torch means the driver and the image's "
+            "CUDA do not match (`nvidia-smi` shows the driver's CUDA version)")
+
+
 def _image_checks(rep: Report, arm: ex.Arm, tag: str, info: dict, revision: str | None) -> None:
     version, dist = info.get("version"), info.get("dist_version")
     rebuild = f"rebuild: VLLM_OMNI={arm.vllm_omni} VARIANT={arm.variant or ''} bash docker/serve.sh --build-only"
@@ -470,12 +560,11 @@ def _image_checks(rep: Report, arm: ex.Arm, tag: str, info: dict, revision: str 
         rep.add(f"image.{tag}.plugin", "pass", f"no {PLUGIN_ENTRY_POINT} entry point, as intended for vllm-omni "
                 f"{arm.vllm_omni}")
     if info.get("cuda"):
-        rep.add(f"image.{tag}.cuda", "pass", f"torch sees {info.get('device')} inside the container")
+        rep.add(f"image.{tag}.cuda", "pass", f"torch sees {info.get('device')} inside the container (torch CUDA "
+                f"{info.get('torch_cuda')})")
     else:
-        rep.add(f"image.{tag}.cuda", "fail", f"torch inside the container sees no GPU "
-                f"({info.get('cuda_error') or 'torch.cuda.is_available() is False'})",
-                "check `docker run --rm --gpus all <image> nvidia-smi`; the NVIDIA Container Toolkit and the driver "
-                "must match")
+        why = info.get("cuda_error") or info.get("cuda_warning") or "torch.cuda.is_available() is False"
+        rep.add(f"image.{tag}.cuda", "fail", f"torch inside the container sees no GPU ({why})", cuda_fix(why, info))
     if revision and info.get("snapshot_readable"):
         rep.add(f"image.{tag}.snapshot", "pass", f"the container (as uid {os.getuid()}) reads the model snapshot "
                 "through the HF_CACHE mount")
@@ -488,29 +577,89 @@ def _image_checks(rep: Report, arm: ex.Arm, tag: str, info: dict, revision: str 
 # ----------------------------------------------------------------------------------------------------- requests
 
 
-@dataclass(frozen=True)
-class Probe:
-    """The one request the preflight sends, in both modes."""
-
-    text: str
-    expected_s: tuple[float, float]
-    bodies: dict[str, bytes]
-
-
-def make_probe(model: str) -> Probe:
-    corpus = load_corpus(ROOT / CORPUS)
-    voice = load_voice(ROOT / VOICE)
-    prompt = max(corpus.buckets["short"], key=lambda p: len(p.text))  # short, but a few dozen talker steps
-    bodies = {mode: json.dumps(speech_payload(prompt.text, voice, model=model, language=corpus.language,
-                                              mode=mode)).encode() for mode in ("wav", "stream")}
-    return Probe(prompt.text, corpus.bounds.range_for(prompt.text), bodies)
-
-
 def describe(out: Outcome, mode: str) -> str:
     if mode == "wav":
         return f"WAV decoded: 24 kHz mono, {out.audio_s:.2f} s of audio in {out.e2e_s:.2f} s"
     return (f"PCM stream: {out.audio_s:.2f} s of 24 kHz audio, TTFA {out.ttfa_s:.3f} s, E2E {out.e2e_s:.2f} s, "
             f"{out.chunks} chunks, underrun {out.underrun_s:.3f} s ({'continuous' if out.continuity_ok else 'stalls'})")
+
+
+KIND_TEXT = {"base": "Base with reference audio + transcript", "base_xvector": "Base with x_vector_only_mode "
+             "(speaker embedding, no transcript)", "custom_voice": f"{CUSTOM_VOICE_MODEL} with a built-in speaker"}
+
+
+def engine_dead(server: Server) -> str | None:
+    """Why the server's engine is gone (its log's dead line, or /health no longer answering), None while it lives:
+    after a fatal request every later check would fail for the wrong reason."""
+    line = engine_log.dead_line(server.process.log_tail(LOG_READ_CHARS))
+    if line:
+        return f"the server log says {line!r}"
+    ok, why = health(server.process.url, 5.0)
+    return None if ok else f"/health stopped answering ({why})"
+
+
+def request_fallback(rep: Report, shell: Shell, exp: ex.Experiment, server: Server | None,
+                     name: str) -> Probe | None:
+    """The request kinds from the experiment's own (`request:`) down the fallback order (REQUEST_KINDS), one WAV
+    request each on this server, until one works: the probe of that kind, or None (nothing works, or the engine
+    died: then say so and stop, since every later check would fail for the wrong reason)."""
+    kinds = list(REQUEST_KINDS[REQUEST_KINDS.index(exp.request):])
+    if shell.dry_run or server is None:
+        shell.print_line(f"# {name}: fallback, first that answers: " + " -> ".join(
+            f"{k} ({KIND_TEXT[k]})" for k in kinds) + "; a dead engine stops the checks of this server")
+        rep.add(name, "skip", "dry run: Base fallback " + " -> ".join(kinds))
+        return None
+    failures = []
+    transport = HttpxTransport(server.process.url, timeout_s=REQUEST_TIMEOUT_S)
+    try:
+        for kind in kinds:
+            if (kind == "custom_voice") != (exp.model == CUSTOM_VOICE_MODEL):
+                failures.append(f"{kind}: needs model {CUSTOM_VOICE_MODEL} (another server)")
+                continue
+            probe = make_probe(exp.model, kind)
+            out = run_request(transport, probe.bodies["wav"], "wav", expected_s=probe.expected_s)
+            if out.ok:
+                if kind == exp.request:
+                    rep.add(name, "pass", f"{KIND_TEXT[kind]} works ({describe(out, 'wav')})")
+                else:
+                    rep.add(name, "pass", f"{KIND_TEXT[kind]} works; the experiment's {exp.request} did not",
+                            warning=f"{'; '.join(failures)}. Run with `request: {kind}` in the experiment file")
+                return probe
+            failures.append(f"{kind}: {out.error}")
+            dead = engine_dead(server)
+            if dead:
+                rep.add(name, "fail", f"the engine died on a {kind} request ({out.error}): {dead}; the checks of "
+                        "this server stop here (every later one would fail for the wrong reason)",
+                        f"{BASE_REPORTS}. Next in the fallback order: "
+                        + (" -> ".join(kinds[kinds.index(kind) + 1:]) or "none")
+                        + " (set `request:` in the experiment file and run preflight again)")
+                return None
+    finally:
+        transport.close()
+    rep.add(name, "fail", "no request kind works: " + "; ".join(failures),
+            f"{BASE_REPORTS}. Last fallback: `request: custom_voice` with model.name {CUSTOM_VOICE_MODEL} (same code "
+            "predictor; its own MODEL_REVISION)")
+    return None
+
+
+def prime_check(rep: Report, shell: Shell, server: Server | None, probe: Probe | None, n: int, name: str) -> None:
+    """n concurrent untimed requests after ready (and after a switch), as the runner's warm-up phase sends."""
+    if shell.dry_run or server is None or probe is None:
+        shell.print_line(f"# {name}: {n} concurrent untimed {probe.kind if probe else 'stream'} requests (the first "
+                         "level's concurrency) before anything is judged")
+        rep.add(name, "skip", f"dry run: priming with {n} concurrent untimed requests" if shell.dry_run
+                else "blocked: no working request kind")
+        return
+    t0 = time.monotonic()
+    outs = prime(server.process.url, probe, n)
+    ok = sum(o.ok for o in outs)
+    detail = f"{ok} of {n} concurrent untimed {probe.kind} requests answered in {time.monotonic() - t0:.1f} s"
+    if ok == n:
+        rep.add(name, "pass", detail)
+    else:
+        errs = sorted({o.error for o in outs if not o.ok})[:3]
+        rep.add(name, "fail", f"{detail}; errors: {'; '.join(errs)}",
+                "a server that fails under its first level's concurrency: read its log (memory, queue limits)")
 
 
 def request_check(rep: Report, name: str, transport, probe: Probe, mode: str, *, simulated: bool) -> Outcome:
@@ -595,6 +744,17 @@ class Server:
     process: ServerProcess
     control: Path | None
     simulated: bool
+    shm_before: set[str] | None = None  # the host's /dev/shm entries before the start
+
+
+SHM = Path("/dev/shm")
+
+
+def shm_entries() -> set[str] | None:
+    try:
+        return set(os.listdir(SHM))
+    except OSError:
+        return None
 
 
 def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, folder: Path, variant: str | None,
@@ -621,19 +781,22 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
         if control:
             shell.print_line(f"# write {control}: {{\"variant\": \"{variant}\", \"observe\": false, \"epoch\": 0}}")
         shell.show(spec.cmd, launch.env if arm.backend != "sim" else None)
-        shell.print_line(f"# wait for {launch.health_url.replace(':0/', ':<port>/')} (up to {ready_s:g} s), "
-                         f"then the requests below; stop: SIGTERM to the process group, {launch.stop_timeout_s:g} s")
+        shell.print_line(f"# wait for {launch.health_url.replace(':0/', ':<port>/')} (up to {ready_s:g} s) and the "
+                         "log's stages-initialised line, then the requests below; stop: SIGTERM to the process "
+                         f"group, {launch.stop_timeout_s:g} s")
         rep.add(name, "skip", "dry run")
         return None
     if control:
         control.parent.mkdir(parents=True, exist_ok=True)
         write_control(control, variant or arm.variant or VARIANT_NAMES[0], observe=False, epoch=0)
+    shm_before = shm_entries()
     proc = ServerProcess(spec, folder / f"server-{arm.name}.log")
     STARTED.append(proc)
     t0 = time.monotonic()
     try:
         proc.start()
         proc.wait_ready(ready_s)
+        stages = wait_stages(proc, max(10.0, ready_s - (time.monotonic() - t0)))
     except (ServerError, OSError) as e:
         tail = _last_line(proc.log_tail())
         proc.stop()
@@ -645,12 +808,13 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
         return None
     what = "SIMULATED (ttssim)" if arm.backend == "sim" else f"vllm-omni {arm.vllm_omni} ({arm.image})"
     rep.add(name, "pass", f"{what} ready at {proc.url} in {time.monotonic() - t0:.1f} s"
-            + (", control file " + control.name if control else ""))
-    return Server(arm, proc, control, arm.backend == "sim")
+            + (", control file " + control.name if control else "") + f"; stages: {stages[-80:]!r}")
+    return Server(arm, proc, control, arm.backend == "sim", shm_before)
 
 
-def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, epoch: int, probe: Probe) -> None:
-    """One variant through a hot-swap server: control file, WAV + stream requests, its sync signature."""
+def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, epoch: int, probe: Probe) -> bool:
+    """One variant through a hot-swap server: control file, WAV + stream requests, its sync signature. False when
+    the engine died (the caller stops the variant loop)."""
     url = "http://127.0.0.1:<port>" if server is None else server.process.url
     if shell.dry_run or server is None:
         shell.print_line(f"# write control.json: {{\"variant\": \"{variant}\", \"observe\": true, \"epoch\": {epoch}}}")
@@ -661,13 +825,18 @@ def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, 
                          "syncs = expected_syncs")
         for what in ("wav", "stream", "metrics"):
             rep.add(f"variant.{variant}.{what}", "skip", "dry run")
-        return
+        return True
     write_control(server.control, variant, observe=True, epoch=epoch)
     transport = HttpxTransport(url, timeout_s=REQUEST_TIMEOUT_S)
     try:
         before = scrape(url)
         for mode in ("wav", "stream"):
-            request_check(rep, f"variant.{variant}.{mode}", transport, probe, mode, simulated=server.simulated)
+            out = request_check(rep, f"variant.{variant}.{mode}", transport, probe, mode, simulated=server.simulated)
+            dead = None if out.ok else engine_dead(server)
+            if dead:
+                rep.add(f"variant.{variant}.metrics", "fail", f"the engine died: {dead}",
+                        "the variant loop stops here: every later variant would fail for the wrong reason")
+                return False
         after = scrape(url)
         extra = 0
         while extra < EXTRA_REQUESTS and _sum(after, pm.OBSERVED_CALLS) <= _sum(before, pm.OBSERVED_CALLS) \
@@ -678,12 +847,13 @@ def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, 
     except Exception as e:  # /metrics unreachable: the server died
         rep.add(f"variant.{variant}.metrics", "fail", f"/metrics: {type(e).__name__}: {str(e)[:200]}",
                 "the server stopped answering: read its log in the preflight folder")
-        return
+        return engine_dead(server) is None
     finally:
         transport.close()
     status, detail, fix = sync_signature(before, after, variant, epoch)
     rep.add(f"variant.{variant}.metrics", status, detail, fix)
     write_control(server.control, variant, observe=False, epoch=epoch)  # the observer off again, as in timing
+    return True
 
 
 def check_log_evidence(rep: Report, server: Server, arms: list[ex.Arm]) -> None:
@@ -732,30 +902,26 @@ def run_plain_arm(rep: Report, shell: Shell, arm: ex.Arm, server: Server | None,
 def check_telemetry(rep: Report, shell: Shell, server: Server | None, backend: str) -> None:
     if backend == "vllm":
         if shell.dry_run:
-            rep.add("telemetry.gpu", "skip", "dry run (NVML: utilisation, SM clock, memory, power of GPU 0)")
+            rep.add("telemetry.gpu", "skip", "dry run (NVML: utilisation, SM clock, memory, power of the container's "
+                    f"GPU(s), GPUS={gpus_spec()})")
             return
         try:
-            import pynvml
+            import pynvml  # noqa: F401  (the runner's sampler, loadtest.telemetry.Nvml, needs it)
         except ImportError:
             rep.add("telemetry.gpu", "skip", "nvidia-ml-py not installed (the `load` extra brings nvidia-ml-py; "
                     "`make venv` after it is merged)")
             return
-        try:
-            pynvml.nvmlInit()
-            try:
-                h = pynvml.nvmlDeviceGetHandleByIndex(0)
-                util = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
-                clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
-                power = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h).used / MIB
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception as e:
-            rep.add("telemetry.gpu", "fail", f"NVML: {type(e).__name__}: {str(e)[:200]}",
-                    "the runner samples the GPU through NVML: the driver's libnvidia-ml must be loadable by this user")
+        nvml = Nvml.open()  # exactly what the runner samples during a window
+        if nvml is None:
+            rep.add("telemetry.gpu", "fail", f"NVML did not initialise for GPUS={gpus_spec()} (see the log line "
+                    "above)", "the runner samples the GPU through NVML: the driver's libnvidia-ml must be loadable "
+                    "by this user")
             return
-        rep.add("telemetry.gpu", "pass", f"NVML GPU 0: {util} % busy, SM {clock} MHz, {mem:.0f} MiB used, "
-                f"{power:.0f} W")
+        rows = nvml.read(time.monotonic())
+        rep.add("telemetry.gpu", "pass", "NVML " + "; ".join(
+            f"GPU {r.gpu}: {r.gpu_util_pct:.0f} % busy, SM {r.sm_clock_mhz:.0f} MHz, {r.mem_used_mib:.0f} MiB used, "
+            f"{r.power_w:.0f} W" if None not in (r.gpu_util_pct, r.sm_clock_mhz, r.mem_used_mib, r.power_w) else
+            f"GPU {r.gpu}: some counters unsupported ({r})" for r in rows) + f" (GPUS={gpus_spec()})")
         return
     rep.add("telemetry.gpu", "skip", "simulator: no GPU")
     if shell.dry_run or server is None or server.process.proc is None:
@@ -783,6 +949,19 @@ def stop_server(rep: Report, server: Server) -> None:
         rep.add(f"server.{server.arm.name}.stop", "fail", f"exit {code} after {took:.1f} s",
                 "the server did not stop gracefully: read its log; on docker, `docker ps -a --filter "
                 "name=tts-vllm-omni` and `ls /dev/shm` for leftovers")
+    after = shm_entries()
+    name = f"server.{server.arm.name}.shm"
+    if server.shm_before is None or after is None:
+        rep.add(name, "skip", f"{SHM} is not readable here")
+        return
+    left = sorted(after - server.shm_before)
+    if left:  # a warning: on a shared host another process may have made them
+        rep.add(name, "pass", f"{len(left)} new entries in the host's {SHM} after the stop: {', '.join(left[:5])}",
+                warning="shared memory may have leaked out of the server (docker/serve.sh gives the container its own "
+                "/dev/shm with --shm-size; an --ipc=host container or a killed process leaves segments) unless "
+                f"another process made them: `ls -l {SHM}`, remove them once no server runs")
+    else:
+        rep.add(name, "pass", f"no new entries in the host's {SHM} after the stop ({len(after)} there)")
 
 
 # ----------------------------------------------------------------------------------------------------- main
@@ -832,12 +1011,18 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
                + (f"; results in {_rel(folder)}" if not args.dry_run else ""))
     if not args.dry_run:
         folder.mkdir(parents=True, exist_ok=True)
-    probe = make_probe(exp.model)
+    probe = make_probe(exp.model, exp.request)
+    try:
+        first_level = load_scenario(str(ROOT / exp.scenario)).steps[0].concurrency
+    except Exception:  # the experiment loader validated it; a scenario without steps primes with one request
+        first_level = 1
 
     gpus: list[Gpu] = []
     blocked: list[str] = []
     if backend == "vllm":
         gpus = check_host(rep, shell)
+        if not rep.failed("host.docker"):
+            check_disk(rep, shell)
         if args.prepare:
             prepare(rep, shell, exp)
         shares = check_images(rep, shell, exp)
@@ -868,8 +1053,17 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
             if server is None and not shell.dry_run:
                 rep.add("variant", "skip", f"blocked: server.{plugin_arms[0].name} failed")
             else:
-                for epoch, variant in enumerate(variants, start=1):
-                    run_variant(rep, shell, server, variant, epoch, probe)
+                works = request_fallback(rep, shell, exp, server, f"request.{plugin_arms[0].name}")
+                prime_check(rep, shell, server, works, first_level, f"prime.{plugin_arms[0].name}")
+                if works is None and not shell.dry_run:
+                    rep.add("variant", "skip", f"blocked: request.{plugin_arms[0].name} failed")
+                else:
+                    for epoch, variant in enumerate(variants, start=1):
+                        if not run_variant(rep, shell, server, variant, epoch, works or probe):
+                            left = variants[variants.index(variant) + 1:]
+                            if left:
+                                rep.add("variant", "skip", f"not run: {', '.join(left)} (the engine died)")
+                            break
                 if server is not None:
                     check_log_evidence(rep, server, plugin_arms)
                 finish(server)
@@ -878,7 +1072,10 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
             if server is None and not shell.dry_run:
                 rep.add(f"arm.{arm.name}", "skip", f"blocked: server.{arm.name} failed")
                 continue
-            run_plain_arm(rep, shell, arm, server, probe)
+            works = request_fallback(rep, shell, exp, server, f"request.{arm.name}")
+            prime_check(rep, shell, server, works, first_level, f"prime.{arm.name}")
+            if works is not None or shell.dry_run:
+                run_plain_arm(rep, shell, arm, server, works or probe)
             finish(server)
     if not telemetry_done and backend == "vllm":
         check_telemetry(rep, shell, None, backend)

@@ -112,35 +112,46 @@ class PromptSequence:
 class PayloadCache:
     """Pre-encoded request bodies: the 200 kB voice URI is serialised once, not per request."""
 
-    def __init__(self, voice: Voice, *, model: str, language: str, mode: str):
-        self._voice, self._model, self._language, self._mode = voice, model, language, mode
+    def __init__(self, voice: Voice, *, model: str, language: str, mode: str, kind: str = "base"):
+        self._voice, self._model, self._language, self._mode, self._kind = voice, model, language, mode, kind
         self._cache: dict[str, bytes] = {}
 
     def body(self, prompt: Prompt) -> bytes:
         b = self._cache.get(prompt.id)
         if b is None:
             b = json.dumps(speech_payload(prompt.text, self._voice, model=self._model, language=self._language,
-                                          mode=self._mode)).encode()
+                                          mode=self._mode, kind=self._kind)).encode()
             self._cache[prompt.id] = b
         return b
 
 
-def speech_payload(text: str, voice: Voice, *, model: str, language: str, mode: str) -> dict:
-    """POST /v1/audio/speech body for a Base (voice clone) request; stream requires pcm on vllm-omni.
+# The request kinds an experiment can name (`request:`), in the order preflight falls back through them: Base with
+# reference audio and its transcript (voice clone, the default) -> Base with the speaker embedding only
+# (x_vector_only_mode: no transcript, public reports tie the 0.16.0 failures to that path) -> a CustomVoice model with
+# a built-in speaker (no reference audio at all; the same 12 Hz tokenizer and code predictor as the 0.6B Base model).
+REQUEST_KINDS = ("base", "base_xvector", "custom_voice")
+CUSTOM_VOICE_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+CUSTOM_VOICE_SPEAKER = "Vivian"  # one of the CustomVoice models' built-in speakers (Qwen3-TTS model card)
+
+
+def speech_payload(text: str, voice: Voice, *, model: str, language: str, mode: str, kind: str = "base") -> dict:
+    """POST /v1/audio/speech body of one request kind (REQUEST_KINDS); stream requires pcm on vllm-omni.
 
     Streaming names stream_format "audio" (raw PCM chunks): 0.16.0's default, but from 0.30.0 on `stream: true`
     alone means SSE events (vllm-omni 0.30.0 protocol/audio.py; tests/upstream checks both request models).
     """
-    body = {
-        "model": model,
-        "input": text,
-        "task_type": "Base",
-        "ref_audio": voice.data_uri,
-        "ref_text": voice.transcript,
-        "language": language,
-        "response_format": "pcm" if mode == "stream" else "wav",
-        "stream": mode == "stream",
-    }
+    if kind not in REQUEST_KINDS:
+        raise ValueError(f"request kind {kind!r} is not one of {list(REQUEST_KINDS)}")
+    body: dict = {"model": model, "input": text}
+    if kind == "custom_voice":
+        body.update(task_type="CustomVoice", voice=CUSTOM_VOICE_SPEAKER)
+    else:
+        body.update(task_type="Base", ref_audio=voice.data_uri)
+        if kind == "base":
+            body["ref_text"] = voice.transcript
+        else:
+            body["x_vector_only_mode"] = True
+    body.update(language=language, response_format="pcm" if mode == "stream" else "wav", stream=mode == "stream")
     if mode == "stream":
         body["stream_format"] = "audio"
     return body

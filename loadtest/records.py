@@ -169,7 +169,7 @@ class CounterDelta:
     syncs_per_step: float | None
     calls_per_request: float | None
     seconds_per_request: float | None
-    mean_batch: float | None
+    mean_batch: float | None  # rows per build_attn_metadata call: the PADDED batch on a GPU (CUDA-graph sizes)
     window: str = "measure"  # WINDOWS
     variants_moved: tuple[str, ...] = ()
     epoch_start: int | None = None
@@ -278,6 +278,8 @@ class StartRecord:
     windows: list[str] = field(default_factory=list)  # block ids, in order
     evidence: dict[str, Any] | None = None  # the arm's evidence check: {"ok": bool, "reason": str | None}
     switches: list[dict[str, Any]] = field(default_factory=list)  # {"t", "variant", "epoch", "confirmed_t"}
+    compile_cache: str | None = None  # "cold" | "warm": docker/serve.sh's compile-cache line; None: the simulator
+    ready_check: str | None = None  # the stages' log line and the first real request (loadtest.readiness)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": START_SCHEMA, **asdict(self)}
@@ -479,6 +481,19 @@ def _top(errors: dict[str, int], n: int = 3) -> str:
     items = sorted(errors.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{k} ({v})" for k, v in items[:n])
     return text + (f", {len(items) - n} other kinds" if len(items) > n else "")
+
+
+def every_request_failed(outcomes: dict[str, Any]) -> str | None:
+    """The reason a window says its server start is broken (every request of it, in any phase, failed), else None.
+    Such a start ends and the round reruns in a new one, as when a server dies."""
+    o = outcomes
+    total, failed = o["measure"] + o["other"], o["measure_failed"] + o["other_failed"]
+    if total == 0 or failed < total:
+        return None
+    errors = dict(o["measure_errors"])
+    for k, v in o["other_errors"].items():
+        errors[k] = errors.get(k, 0) + v
+    return f"every one of its {total} requests failed ({_top(errors)})"
 
 
 def request_verdict(outcomes: dict[str, Any]) -> str | None:

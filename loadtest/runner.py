@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loadtest import experiment as ex
+from loadtest import pinning
 from loadtest import records as rec
 from loadtest import runsettings as rs
 from loadtest.backends import control_path, server_spec
@@ -48,6 +49,8 @@ from loadtest.plan import (
     window_scenario,
     window_seconds,
 )
+from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
+from loadtest.readiness import confirm_ready, make_probe
 from loadtest.scenario import load_scenario
 from loadtest.scraper import rows_of, sample_key
 from loadtest.server_process import ServerError, ServerProcess, stop_group
@@ -65,6 +68,10 @@ PROGRESS_EVERY_S = 2.0  # progress.json is replaced at most this often during a 
 
 class Interrupted(Exception):
     """SIGINT/SIGTERM arrived: stop the current window cleanly, keep everything written so far."""
+
+
+class BrokenStart(RuntimeError):
+    """A window in which every request failed: its start is ended, the round reruns in a new one."""
 
 
 class PreparationFailed(RuntimeError):
@@ -135,7 +142,8 @@ def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
 
 
 def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, epoch: int | None,
-               request_timeout_s: float | None, control_sim: dict | None = None) -> list[str]:
+               request_timeout_s: float | None, control_sim: dict | None = None,
+               exp: ex.Experiment | None = None) -> list[str]:
     """Locust headless over the window's own scenario; failed requests never set its exit code (they are data)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
            "--host", url, "--scenario", str(bdir / "scenario.yaml"), "--run-dir", str(bdir),
@@ -149,6 +157,8 @@ def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, 
             cmd += ["--control-sim", json.dumps(control_sim, sort_keys=True)]
     if request_timeout_s:
         cmd += ["--request-timeout", f"{request_timeout_s:g}"]
+    if exp is not None:  # the served model name and the request kind of the experiment
+        cmd += ["--model", exp.model, "--request", exp.request]
     return cmd
 
 
@@ -200,6 +210,7 @@ class Runner:
         self.schedule: Schedule | None = None  # the current window's load schedule (its level and phase by time)
         self.rounds_done = 0  # rounds whose windows are all done, counted when a window begins or ends
         self._progress_t = 0.0
+        self.probe = None  # readiness.Probe: the request that proves a start ready (made once)
 
     # --- signals ------------------------------------------------------------------------------------------
 
@@ -250,6 +261,18 @@ class Runner:
         self.m["preparation"] = {"ok": True, "steps": steps}
         self._save()
 
+    def pin_cpus(self) -> None:
+        """A GPU server gets one NUMA node (docker/serve.sh, the same loadtest.pinning plan): the runner and every
+        Locust process it starts from now on run on the other CPUs. The plan and the governor go in the manifest."""
+        try:
+            plan = pinning.plan(int(os.environ.get("SERVER_NUMA_NODE") or 0))
+        except ValueError as e:
+            raise PreparationFailed(str(e)) from None
+        self.m["cpu"] = pinning.describe(plan)
+        if self.s.get("backend") == "vllm":
+            self.m["cpu"]["load_generator_affinity"] = pinning.format_cpulist(pinning.pin_load_generator(plan))
+        self._save()
+
     # --- server starts --------------------------------------------------------------------------------------
 
     def _next_start_id(self) -> int:
@@ -292,6 +315,12 @@ class Runner:
         t0 = time.monotonic()
         try:
             url = server.wait_ready(self.s["ready_timeout_s"], sleep=self._sleep)
+            if self.probe is None:
+                self.probe = make_probe(self.exp.model, self.exp.request)
+            # the stages' line and one request get at least a request's time even after a start that used up
+            # nearly all of the ready timeout
+            left = max(READY_REQUEST_S, self.s["ready_timeout_s"] - (time.monotonic() - t0))
+            record.ready_check = confirm_ready(server, self.probe, left, sleep=self._sleep)
         except Interrupted:
             record.status, record.reason = "interrupted", "SIGINT/SIGTERM while the server started"
             self._end_start(server, record, sdir)
@@ -303,6 +332,7 @@ class Runner:
             raise RuntimeError(str(e)) from None
         record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
         record.status, record.reason = "ready", None
+        record.compile_cache = ex.compile_cache_state(server.log_tail(200_000))
         self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None,
                             w["spec"] if control else None)
         self.active.save()
@@ -372,7 +402,7 @@ class Runner:
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
                     locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s"),
-                               self._hot_sim(w)),
+                               self._hot_sim(w), self.exp),
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
             t_load = time.monotonic()
@@ -381,6 +411,9 @@ class Runner:
             tele.stop()
             tele = None
             meta.requests, why = judge(w["variant"], bdir)
+            broken = rec.every_request_failed(meta.requests)
+            if broken:
+                raise BrokenStart(f"{broken}: server start {st.record.start} ended, the round reruns")
             why = self._after_load(w, st, bdir, meta, switch, why)
             meta.status, meta.reason = ("complete", None) if why is None else ("invalid", why)
             if why is not None:
@@ -391,7 +424,9 @@ class Runner:
             raise
         except (RuntimeError, OSError, ValueError) as e:
             meta.status, meta.reason = "failed", str(e)
-            if st is not None and not st.server.alive():
+            if isinstance(e, BrokenStart) and self.active is not None:
+                meta.timing["stop_s"] = self.stop_start("failed", f"window {w['block_id']}: {e}")
+            elif st is not None and not st.server.alive():
                 meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w['block_id']} "
                                                                   f"(exit {st.server.proc.returncode}; see server.log)")
         finally:
@@ -638,6 +673,7 @@ class Runner:
         self.m["telemetry"] = describe_telemetry(self.nvml or None, self.s.get("backend", "sim"))
         self._save()
         try:
+            self.pin_cpus()
             self.prepare()
             for windows in rounds_of(list(self.m["plan"])):
                 if self.stop:

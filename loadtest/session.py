@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from loadtest.client import GeventTransport, Outcome, run_request
 from loadtest.plan import git_revision
-from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
+from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_corpus, load_voice
 from loadtest.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
@@ -62,6 +62,8 @@ def add_options(parser) -> None:
     g.add_argument("--seed", type=int, default=-1, help="prompt sequence seed (default: the scenario's)")
     g.add_argument("--variant", default="", help="variant label written into the records (e.g. original)")
     g.add_argument("--model", default=MODEL_NAME, help="model name sent in each request")
+    g.add_argument("--request", default="base", choices=REQUEST_KINDS,
+                   help="request kind (loadtest.prompts.REQUEST_KINDS; an experiment's `request:`)")
     g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
     g.add_argument("--ready-timeout", type=float, default=10.0,
                    help="seconds to wait for <host>/health to answer 200 before the run starts (0: do not check)")
@@ -165,7 +167,7 @@ class Session:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
-            "seed": seed, "variant": o.variant or None, "model": o.model, "host": host, "metrics_urls": targets,
+            "seed": seed, "variant": o.variant or None, "model": o.model, "request": o.request, "host": host, "metrics_urls": targets,
             "timeout_s": o.request_timeout or scenario.timeout_s, "control": control,
             "control_epoch": o.control_epoch if control else None, "control_sim": control_sim,
         }
@@ -188,7 +190,8 @@ class Session:
         voice = load_voice(self.scenario.voice)
         self._bounds = corpus.bounds
         self._prompts = PromptSequence(corpus, self.scenario.mix, run["seed"], self.worker_index)
-        self._payloads = PayloadCache(voice, model=run["model"], language=self.scenario.language, mode=run["mode"])
+        self._payloads = PayloadCache(voice, model=run["model"], language=self.scenario.language, mode=run["mode"],
+                                      kind=run.get("request", "base"))
         self._arrivals = random.Random(f"tts-arrivals:{run['seed']}:{self.worker_index}")
 
     @property

@@ -1,7 +1,7 @@
 """Server telemetry during a window: blocks/<id>/telemetry.jsonl (records.TelemetrySample) at 2 Hz or more.
 
 Three sources, each written where it can be read: "nvml" (nvidia-ml-py: utilisation, SM clock, memory used and power
-of every GPU, when NVML initialises on this host), "process" (the server's process tree from /proc: CPU % of one
+of the server container's GPU(s), `GPUS` as docker/serve.sh passes it to --gpus, when NVML initialises on this host), "process" (the server's process tree from /proc: CPU % of one
 core summed over its processes, and resident memory) and "host" (every CPU of this host from /proc/stat, busy % of
 their capacity: a load generator, or a CPU-bound server such as the simulator, that waits for a core measures that
 wait; the statistics warn when a measure window ran on a saturated host). The statistics average them over each
@@ -27,27 +27,66 @@ INTERVAL_S = 0.5  # 2 Hz: the contract's minimum rate
 MIB = 2**20
 
 
-class Nvml:
-    """The GPUs through nvidia-ml-py; `open()` returns None where NVML does not initialise (no driver, no GPU)."""
+def container_gpus(spec: str, count: int) -> list[int | str]:
+    """The host GPUs a container started with `docker run --gpus SPEC` gets (docker/serve.sh GPUS): "all", a count
+    N (the first N), or "device=0,2" (indices or GPU-UUIDs, quoted or not). Telemetry and the preflight's GPU checks
+    read these only: on an 8-GPU node the other seven would dilute utilisation to 1/8 and add their power."""
+    s = spec.strip().strip("'\"")
+    if s == "all":
+        return list(range(count))
+    if s.isdigit():
+        if int(s) < 1:
+            raise ValueError(f"GPUS={spec}: want all, a count >= 1 or device=I[,J...]")
+        return list(range(min(int(s), count)))
+    if s.startswith("device="):
+        out: list[int | str] = []
+        for tok in s.removeprefix("device=").split(","):
+            tok = tok.strip()
+            if tok.isdigit() and int(tok) < count:
+                out.append(int(tok))
+            elif tok.startswith(("GPU-", "MIG-")):
+                out.append(tok)
+            else:
+                raise ValueError(f"GPUS={spec}: {tok!r} is not a GPU of this host (indices 0..{count - 1} or GPU-UUIDs)")
+        if out:
+            return out
+    raise ValueError(f"GPUS={spec}: want all, a count or device=I[,J...] (docker run --gpus)")
 
-    def __init__(self, lib, handles: list):
+
+def gpus_spec() -> str:
+    """docker/serve.sh's GPUS (default all): the GPU(s) the server's container gets."""
+    return os.environ.get("GPUS") or "all"
+
+
+class Nvml:
+    """The server's GPUs through nvidia-ml-py; `open()` returns None where NVML does not initialise (no driver, no
+    GPU). Only the GPUs of the server's container (container_gpus of GPUS) are read; `indices` are the host's."""
+
+    def __init__(self, lib, handles: list, indices: list | None = None):
         self.lib, self.handles = lib, handles
+        self.indices = indices if indices is not None else list(range(len(handles)))
 
     @classmethod
-    def open(cls, lib=None) -> Nvml | None:
+    def open(cls, lib=None, spec: str | None = None) -> Nvml | None:
         try:
             if lib is None:
                 import pynvml as lib  # nvidia-ml-py
             lib.nvmlInit()
-            return cls(lib, [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())])
-        except Exception as e:  # ImportError, NVMLError_LibraryNotFound / DriverNotLoaded, ...
-            log.info("NVML not available (%s): no GPU telemetry", type(e).__name__)
+            chosen = container_gpus(spec or gpus_spec(), lib.nvmlDeviceGetCount())
+            handles, indices = [], []
+            for g in chosen:
+                h = lib.nvmlDeviceGetHandleByUUID(g) if isinstance(g, str) else lib.nvmlDeviceGetHandleByIndex(g)
+                handles.append(h)
+                indices.append(g if isinstance(g, int) else lib.nvmlDeviceGetIndex(h))
+            return cls(lib, handles, indices)
+        except Exception as e:  # ImportError, NVMLError_LibraryNotFound / DriverNotLoaded, a bad GPUS, ...
+            log.info("NVML not available (%s: %s): no GPU telemetry", type(e).__name__, str(e)[:200])
             return None
 
     def read(self, t: float) -> list[TelemetrySample]:
         out = []
         lib = self.lib
-        for i, h in enumerate(self.handles):
+        for i, h in zip(self.indices, self.handles, strict=True):
             out.append(TelemetrySample(
                 t=t, source="nvml", gpu=i,
                 gpu_util_pct=_try(lambda h=h: float(lib.nvmlDeviceGetUtilizationRates(h).gpu)),
@@ -215,5 +254,7 @@ def describe(nvml: Nvml | None, backend: str) -> dict[str, Any]:
                "not available: the server runs in a Docker container whose processes the host's /proc tree of "
                "docker/serve.sh does not reach (the samples show the docker client only)")
     return {"schema_of_lines": "records.TelemetrySample", "interval_s": INTERVAL_S,
-            "nvml": f"{gpus} GPU(s)" if gpus else "not available (NVML did not initialise: no driver or no GPU)",
+            "nvml": (f"{gpus} GPU(s): host index {', '.join(map(str, nvml.indices))} (GPUS={gpus_spec()}, the "
+                     "server container's own)") if gpus else
+            "not available (NVML did not initialise: no driver or no GPU)",
             "process": process, "host": "every CPU of the load generator's host (/proc/stat), busy %"}

@@ -127,29 +127,36 @@ def test_server_that_does_not_start_reruns_its_round_at_once_then_the_run_goes_o
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_a_window_where_every_request_failed_is_invalid_and_resume_keeps_it(tmp_path, capsys):
-    """A server that answers every request with 503: Locust's exit code does not decide (windows are not 'failed'),
-    the records do: nothing succeeded, so each window is 'invalid' with the count and the reason, not rerun."""
+@pytest.mark.timeout(300)  # three server starts (two attempts of the round) and a resume
+def test_a_window_where_every_request_failed_ends_its_start_and_the_round_reruns(tmp_path, capsys):
+    """A server that answers its readiness request and then every request with 503: Locust's exit code does not
+    decide, the records do: nothing in the window succeeded, so the window is 'failed' with the count and the reason,
+    its server start is ended ('failed'), and the round reruns at once in a new start, as for a server that dies;
+    after the last attempt the run goes on and resume does not run it again."""
     rc = ab.main(["--a", "original", "--b", "fixed", "--rounds", "1", "--aa-rounds", "0", "--out", str(tmp_path),
-                  "--name", "r", "--seed", "1", "--sim-set", "faults.error_burst={after: 0, length: 100000000, "
+                  "--name", "r", "--seed", "1", "--sim-set", "faults.error_burst={after: 1, length: 100000000, "
                   "status: 503}", "--request-timeout", "5", "--no-report", *QUICK])
     assert rc == 0
     run = tmp_path / "r"
     blocks = _blocks(run)
-    assert len(blocks) == 2
+    assert blocks
     for bid, b in blocks.items():
         recs = intact_lines(run / "blocks" / bid / "requests.jsonl")
         measure = [r for r in recs if r["phase"] == "measure"]
-        assert measure and not any(r["ok"] for r in measure)
-        assert b["status"] == "invalid", b
-        assert b["reason"] == f"all {len(measure)} measure-phase requests failed: http 503 ({len(measure)})"
-        assert b["requests"]["measure_errors"] == {"http 503": len(measure)}
-    assert "INVALID WINDOW" in capsys.readouterr().err
+        assert recs and not any(r["ok"] for r in recs)
+        assert b["status"] == "failed" and b["attempt"] == 1, b
+        assert b["reason"].startswith(f"every one of its {len(recs)} requests failed (http 503 ({len(recs)}))"), b
+        assert "ended, the round reruns" in b["reason"]
+        assert b["requests"]["measure_errors"] == ({"http 503": len(measure)} if measure else {})
+    starts = _starts(run)
+    assert len(starts) >= 2 and all(s["status"] == "failed" and "every one of its" in s["reason"]
+                                    for s in starts.values())
+    assert all(s["ready_check"] and "one base request answered" in s["ready_check"] for s in starts.values())
     man = json.loads((run / "manifest.json").read_text())
-    assert man["settings"]["request_timeout_s"] == 5
+    assert man["reruns"] and man["reruns"][0]["attempt"] == 1 and (run / "attempts").is_dir()
+    assert "its round runs again at once" in capsys.readouterr().out
     assert ab.main(["--resume", str(run), "--no-report"]) == 0
-    assert _blocks(run) == blocks and not (run / "attempts").exists()  # invalid windows are never run again
+    assert _blocks(run) == blocks  # a round that failed its last attempt is not run again
 
 
 @pytest.mark.slow

@@ -277,3 +277,73 @@ def test_source_hash_is_the_functions_own_code_not_what_wraps_points_to():
     assert source_sha256(wrapper) != source_sha256(stock)
     with pytest.raises(TypeError):
         source_sha256(functools.partial(stock, 1))
+
+
+FAKE_STOCK = '''\
+from __future__ import annotations
+
+import types
+
+
+def _build(*, attn_metadata_builders, num_reqs, num_tokens, query_start_loc_gpu, query_start_loc_cpu, seq_lens,
+           max_seq_len, block_tables, slot_mappings, kv_cache_config):
+    return num_reqs
+
+
+attn_utils = types.SimpleNamespace(build_attn_metadata=_build)
+
+
+class _LocalPredictorKVCache:
+    def __init__(self, n):
+        self.n = n
+
+    def build_attn_metadata(self, *, num_reqs, query_lens, seq_lens):
+        return attn_utils.build_attn_metadata(num_reqs=num_reqs, seq_lens=seq_lens.tolist())
+'''
+
+
+def _fake_stock(tmp_path, monkeypatch):
+    """A module file standing in for vllm-omni 0.16.0's, its two targets' hashes made the verified ones."""
+    import importlib.util
+
+    from tts_predictor import plugin
+
+    path = tmp_path / "fake_stock.py"
+    path.write_text(FAKE_STOCK)
+    spec = importlib.util.spec_from_file_location("fake_stock", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cls = module._LocalPredictorKVCache
+    monkeypatch.setattr(plugin, "TARGET_SOURCE_SHA256", {n: source_sha256(cls.__dict__[n])
+                                                         for n in ("build_attn_metadata", "__init__")})
+    return plugin, module, cls, path
+
+
+def test_a_changed_method_under_the_stock_file_and_line_fails_closed(tmp_path, monkeypatch):
+    """The source hash reads the stock text at the code's file and line; the code that runs is compared too."""
+    plugin, module, cls, path = _fake_stock(tmp_path, monkeypatch)
+    plugin.check_target(module, cls, "0.16.0", environ={})  # the stock code passes
+    stock = cls.__dict__["build_attn_metadata"]
+    line = stock.__code__.co_firstlineno
+    # the same signature and line, other code: `.tolist()` dropped (what a patch of the stock method might do)
+    changed_src = "\n" * (line - 2) + "class _LocalPredictorKVCache:\n" + \
+        "    def build_attn_metadata(self, *, num_reqs, query_lens, seq_lens):\n" + \
+        "        return attn_utils.build_attn_metadata(num_reqs=num_reqs, seq_lens=seq_lens)\n"
+    ns = {}
+    exec(compile(changed_src, str(path), "exec"), module.__dict__, ns)
+    changed = ns["_LocalPredictorKVCache"].__dict__["build_attn_metadata"]
+    assert changed.__code__.co_firstlineno == line and source_sha256(changed) == source_sha256(stock)
+    monkeypatch.setattr(cls, "build_attn_metadata", changed)
+    with pytest.raises(plugin.PluginError, match="runs other code than its verified 0.16.0 source"):
+        plugin.check_target(module, cls, "0.16.0", environ={})
+    assert plugin.runs_its_source(stock) and not plugin.runs_its_source(changed)
+
+
+def test_skip_source_check_runs_unverified_and_says_so(tmp_path, monkeypatch, caplog):
+    plugin, module, cls, path = _fake_stock(tmp_path, monkeypatch)
+    monkeypatch.setattr(plugin, "TARGET_SOURCE_SHA256", {"build_attn_metadata": "0" * 64, "__init__": "0" * 64})
+    with pytest.raises(plugin.PluginError, match=plugin.ENV_SKIP_SOURCE_CHECK):
+        plugin.check_target(module, cls, "0.16.0", environ={})
+    with caplog.at_level(logging.WARNING, logger=plugin.LOGGER_NAME):
+        plugin.check_target(module, cls, "0.16.0", environ={plugin.ENV_SKIP_SOURCE_CHECK: "1"})
+    assert "is NOT verified" in caplog.text

@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -159,8 +160,9 @@ def test_stage_configs_current_and_follow_the_sweep():
         assert talker["engine_args"]["max_num_batched_tokens"] >= b
         assert talker["engine_args"]["attention_backend"] == "FLASH_ATTN"  # not FlashInfer on Blackwell
         extra = cfg["runtime"]["connectors"]["connector_of_shared_memory"]["extra"]
-        per_chunk = 16 * (extra["codec_chunk_frames"] + extra["codec_left_context_frames"])
-        assert per_chunk == 800
+        # the ctx_frames header + the flat codes (0.16.0 talker2code2wav_async_chunk): 801 tokens per chunk
+        per_chunk = 1 + 16 * (extra["codec_chunk_frames"] + extra["codec_left_context_frames"])
+        assert per_chunk == 801
         # one chunk of every request of a full batch fits into one code2wav step (stock 8192 = 10 chunks)
         tokens = code2wav["engine_args"]["max_num_batched_tokens"]
         assert tokens >= b * per_chunk and tokens >= 8192 and tokens % 16 == 0
@@ -168,7 +170,9 @@ def test_stage_configs_current_and_follow_the_sweep():
 
 
 SERVE_ENV = ("VARIANT", "PORT", "HOST", "STAGES", "DEPLOY", "DRY_RUN", "VLLM_OMNI", "MODEL_REVISION", "CONTROL_DIR",
-             "CONTROL_FILE", "IMAGE", "BASE_IMAGE", "NAME", "HF_CACHE", "GPUS", "STOP_GRACE_S")
+             "CONTROL_FILE", "IMAGE", "BASE_IMAGE", "NAME", "HF_CACHE", "GPUS", "STOP_GRACE_S", "HEALTH_TIMEOUT_S",
+             "STAGE_INIT_TIMEOUT_S", "INIT_TIMEOUT_S", "COMPILE_CACHE", "SHM_SIZE", "SERVER_CPUS", "SERVER_MEMS",
+             "SERVER_NUMA_NODE")
 
 
 def _serve(env_extra, *args):
@@ -195,27 +199,45 @@ def test_serve_dry_run_prints_exact_commands(tmp_path):
     out = proc.stdout
     uid, gid = os.getuid(), os.getgid()
     # the default variant everywhere
-    assert _line(out, "docker build") == ["docker", "build", "-f", "docker/Dockerfile", "--build-arg",
-                                          "BASE_IMAGE=vllm/vllm-omni:v0.16.0", "--build-arg",
-                                          f"VARIANT={DEFAULT_VARIANT}", "-t", f"tts-vllm-omni:0.16.0-{DEFAULT_VARIANT}",
-                                          "."]
+    build = _line(out, "docker build")
+    assert build[build.index("--label") + 1].startswith("tts-loadtest.source-sha256=")
+    del build[build.index("--label"):build.index("--label") + 2]
+    assert build == ["docker", "build", "-f", "docker/Dockerfile", "--build-arg",
+                     "BASE_IMAGE=vllm/vllm-omni:v0.16.0", "--build-arg",
+                     f"VARIANT={DEFAULT_VARIANT}", "-t", f"tts-vllm-omni:0.16.0-{DEFAULT_VARIANT}", "."]
     assert "# image build asserts vllm-omni == 0.16.0" in out
     assert f"pinned at revision {REV}" in out
     run = _line(out, "docker run -d")
     name = run[run.index("--name") + 1]
     assert run[run.index("--user") + 1] == f"{uid}:{gid}"  # writes the host user's cache as the host user
-    assert run[run.index("-p") + 1] == "127.0.0.1:18091:8091" and "--gpus" in run and "--ipc=host" in run
+    assert run[run.index("-p") + 1] == "127.0.0.1:18091:8091" and "--gpus" in run
+    # a private /dev/shm that dies with the container, never the host's (leaked segments stay there)
+    assert run[run.index("--shm-size") + 1] == "16g" and "--ipc=host" not in run and "--ipc=host" not in out.replace(
+        "no --ipc=host", "")
+    from loadtest import pinning
+
+    cpus, mems = pinning.plan().server_cpus, pinning.plan().server_mems
+    assert run[run.index("--cpuset-cpus") + 1] == cpus and (not mems or run[run.index("--cpuset-mems") + 1] == mems)
     assert f"{cache}:/home/tts/.cache/huggingface" in run
     assert f"{ctl}:/run/tts-control:ro" in run and "TTS_PREDICTOR_CONTROL=/run/tts-control/control.json" in run
     assert "HF_HUB_OFFLINE=1" in run and "HF_TOKEN" not in run and "do-not-print-me" not in out
     serve = run[run.index("serve") + 1:]
     assert serve[0] == f"/home/tts/.cache/huggingface/hub/models--Qwen--Qwen3-TTS-12Hz-0.6B-Base/snapshots/{REV}"
     for flag, val in (("--revision", REV), ("--tokenizer-revision", REV), ("--served-model-name", MODEL_NAME),
-                      ("--stage-configs-path", "/opt/tts-loadtest/stages/qwen3_tts_b64.yaml")):
+                      ("--stage-configs-path", "/opt/tts-loadtest/stages/qwen3_tts_b64.yaml"),
+                      ("--stage-init-timeout", "1200"), ("--init-timeout", "1200")):
         assert serve[serve.index(flag) + 1] == val
+    # the persistent compile cache: one folder per host and image, the three caches inside it
+    mount = next(v for v in run if v.endswith(":/home/tts/.cache/tts-compile"))
+    assert f"/.cache/tts-loadtest/compile/{socket.gethostname().split('.')[0]}/vllm-omni-0.16.0-src" in mount
+    assert mount.split(":")[0].endswith("-base<base-image-id>")  # the base image's id, known once it is pulled
+    for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert any(v.startswith(f"{var}=/home/tts/.cache/tts-compile/") for v in run), var
+    assert "--label" in _line(out, "docker build") and "tts-loadtest.source-sha256=" in " ".join(_line(out, "docker build"))
     fetch = _line(out, "docker run --rm")
     assert "-e" in fetch and "HF_TOKEN" in fetch and f"revision='{REV}'" in fetch[-1]
     assert f"created by you (uid {uid})" in out and "mounted read-only" in out
+    assert "# start-up limits: vllm-omni --stage-init-timeout 1200 --init-timeout 1200" in out
     lines = out.splitlines()
     assert lines[-2:] == [f"docker stop -t 30 {name} ", f"docker rm {name} "]  # graceful stop, then removal
     assert "rm -f" not in out
@@ -247,7 +269,62 @@ def test_serve_preparation_modes_print_only_their_commands(mode, first):
     assert len(cmds) == (2 if mode == "--fetch-model" else 1)
 
 
+@pytest.mark.slow  # runs a process (bash)
+def test_serve_limits_cpus_and_cache_follow_the_environment(tmp_path):
+    proc = _serve({"MODEL_REVISION": REV, "HEALTH_TIMEOUT_S": "1500", "INIT_TIMEOUT_S": "1800", "SHM_SIZE": "32g",
+                   "SERVER_CPUS": "0-3,8", "SERVER_MEMS": "1", "COMPILE_CACHE": str(tmp_path / "cc")}, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    run = _line(proc.stdout, "docker run -d")
+    serve = run[run.index("serve") + 1:]
+    assert serve[serve.index("--stage-init-timeout") + 1] == "1500" and serve[serve.index("--init-timeout") + 1] == "1800"
+    assert run[run.index("--shm-size") + 1] == "32g"
+    assert run[run.index("--cpuset-cpus") + 1] == "0-3,8" and run[run.index("--cpuset-mems") + 1] == "1"
+    assert any(v.startswith(f"{tmp_path / 'cc'}/") for v in run)
+    proc = _serve({"MODEL_REVISION": REV, "SERVER_CPUS": "none"}, "--dry-run")
+    run = _line(proc.stdout, "docker run -d")
+    assert "--cpuset-cpus" not in run and "--cpuset-mems" not in run and "unpinned" in proc.stdout
+
+
+@pytest.mark.slow  # runs a process (bash)
+def test_serve_source_label_changes_with_the_plugin_source(tmp_path):
+    """The image is labelled with the hash of its build files; serve.sh rebuilds when the label differs."""
+    def label(env=None):
+        build = _line(_serve({"MODEL_REVISION": REV, **(env or {})}, "--dry-run", "--build-only").stdout, "docker build")
+        return next(a for a in build if a.startswith("tts-loadtest.source-sha256="))
+
+    first = label()
+    assert label() == first  # stable
+    assert label({"VLLM_OMNI": "0.30.0"}) != first  # another image, other build files
+    for have, builds in (("stale", True), (first.split("=", 1)[1], False)):
+        run_dir = tmp_path / have
+        run_dir.mkdir()
+        proc = _fake_serve(run_dir, stop_s=0, FAKE_LABEL=have)
+        src = label().split("=", 1)[1]
+        cache = f"{run_dir / 'cc'}/{socket.gethostname().split('.')[0]}/vllm-omni-0.16.0-src{src}-base0123456789ab"
+        assert f"serve.sh: compile cache cold: {cache}\n" in proc.seen
+        from loadtest.experiment import compile_cache_state  # the runner's reader of that line (start.json)
+
+        assert compile_cache_state("".join(proc.seen)) == "cold"
+        (Path(cache) / "vllm").mkdir()  # what a first start leaves: the next start of this image is warm
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        calls = (run_dir / "calls").read_text().splitlines()
+        assert any(c.startswith("build -f docker/Dockerfile") for c in calls) == builds, (have, calls)
+        # the GPU probe runs in the local image before the server starts, and the start says cold or warm
+        assert any(c.startswith("run --rm --gpus all --entrypoint nvidia-smi") for c in calls)
+    (tmp_path / "warm").mkdir()
+    proc = _fake_serve(tmp_path / "warm", stop_s=0, FAKE_LABEL=have, COMPILE_CACHE=str(run_dir / "cc"))
+    assert any(line.startswith("serve.sh: compile cache warm: ") for line in proc.seen)
+    assert compile_cache_state("".join(proc.seen)) == "warm"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
 @pytest.mark.parametrize(("env", "message"), [
+    ({"INIT_TIMEOUT_S": "600"}, "INIT_TIMEOUT_S=600 is below HEALTH_TIMEOUT_S=1200"),
+    ({"STAGE_INIT_TIMEOUT_S": "x"}, "not a whole number"),
+    ({"SHM_SIZE": "lots"}, "want a size like 16g"),
+    ({"SERVER_CPUS": "0-3;rm"}, "want a cpulist"),
     ({"VARIANT": "turbo"}, "VARIANT=turbo is not one of"),
     ({"HOST": "0.0.0.0"}, "loopback only"),
     ({"STAGES": "nope.yaml"}, "no such file"),
@@ -279,7 +356,10 @@ FAKE_DOCKER = r"""#!/bin/bash
 echo "$*" >> "$FAKE_DIR/calls"
 case "$1 $2" in
   "info --format") echo '{"nvidia":{"path":"nvidia-container-runtime"}}' ;;
-  "info "*|"image inspect") ;;
+  "info "*) ;;
+  "image inspect") case "$*" in *.Id*) echo sha256:0123456789abcdef0123 ;; *Labels*) echo "${FAKE_LABEL:-}" ;; esac ;;
+  "build -f") ;;
+  "run --rm") echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)" ;;
   "container inspect") exit 1 ;;
   "run -d") echo cafe ;;
   "inspect -f") echo true ;;
@@ -291,7 +371,7 @@ esac
 """
 
 
-def _fake_serve(tmp_path, stop_s: float):
+def _fake_serve(tmp_path, stop_s: float, **extra_env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "docker").write_text(FAKE_DOCKER)
@@ -302,10 +382,13 @@ def _fake_serve(tmp_path, stop_s: float):
     (cache / f"hub/models--Qwen--Qwen3-TTS-12Hz-0.6B-Base/snapshots/{REV}").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in SERVE_ENV}
     env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_DIR=str(tmp_path), FAKE_STOP_S=str(stop_s),
-               MODEL_REVISION=REV, HF_CACHE=str(cache), PORT="18123")
+               MODEL_REVISION=REV, HF_CACHE=str(cache), PORT="18123", COMPILE_CACHE=str(tmp_path / "cc"))
+    env.update(extra_env)
     proc = subprocess.Popen(["bash", str(DOCKER / "serve.sh")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.seen = []
     for line in proc.stderr:  # the ready line comes after run -d and the (fake) health answer
+        proc.seen.append(line)
         if "serve.sh: ready at" in line:
             return proc
     raise AssertionError(f"serve.sh never became ready; exit {proc.wait()}")

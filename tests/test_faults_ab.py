@@ -37,6 +37,13 @@ FAULTS = {
                         "odd PCM byte count"),
     "slow readiness": ("faults.slow_readiness_s=30", ["--ready-timeout", "8"], "failed", "not ready within 8 s", None,
                        None),
+    # ready means ready: /health answers and the stages are up, but the first real request (a Base request with
+    # ref_text) kills the engine: the start never counts as ready, no load runs against it
+    "engine killed by the first request": ("faults.ref_text_request=fatal", [], "failed",
+                                           "first real request (base) failed", None, None),
+    # every request after the readiness request fails: the window ends its start and the round reruns in a new one
+    "every request fails": ("faults.error_burst={after: 1, length: 1000000, status: 500}", [], "failed",
+                            "every one of its", ("http 500",), None),
 }
 # --ready-timeout covers the simulator's own start (torch import, ~3-5 s on a busy 2-core box), so 8 s, not less.
 WITH_REPORT = {"killed", "5xx burst"}  # the report step costs a few seconds; two faults show it copes

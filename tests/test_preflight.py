@@ -139,7 +139,7 @@ def test_dry_run_prints_every_vllm_command_and_writes_nothing(tmp_path, capsys, 
     lines = text.splitlines()
     assert lines[0].startswith("make preflight: BACKEND=vllm -> REAL vllm-omni") and "DRY RUN" in lines[0]
     for needle in ("$ docker version --format '{{.Server.Version}}'",
-                   "$ docker info --format '{{json .Runtimes}}'",
+                   "$ docker info --format '{{json .Runtimes}}'", "$ bash docker/serve.sh --probe-gpu",
                    "$ nvidia-smi --query-gpu=index,name,memory.total,memory.free",
                    "bash docker/serve.sh --pull-only", "bash docker/serve.sh --build-only",
                    "bash docker/serve.sh --fetch-model",
@@ -163,7 +163,8 @@ def test_dry_run_of_an_experiment_with_an_arm_without_the_plugin(tmp_path, capsy
                     "configs/experiments/release-016-fixed-vs-030.yaml"])
     text = capsys.readouterr().out
     assert code == 0
-    serve = [ln for ln in text.splitlines() if ln.startswith("$ ") and "bash docker/serve.sh" in ln]
+    serve = [ln for ln in text.splitlines() if ln.startswith("$ ") and "bash docker/serve.sh" in ln
+             and "--probe-gpu" not in ln]
     assert len(serve) == 2
     assert "CONTROL_DIR=" in serve[0] and "VLLM_OMNI=0.16.0" in serve[0]  # the plugin arm: hot swap
     assert "CONTROL_DIR=" not in serve[1] and "VLLM_OMNI=0.30.0" in serve[1] and "DEPLOY=qwen3_tts.yaml" in serve[1]
@@ -235,13 +236,22 @@ def pid_of(name):
 cmd = args[0]
 if cmd == "version":
     answer("version")
+if cmd == "info" and "{{.DockerRootDir}}" in args:
+    answer("root")  # default: no answer, the docker folder's space is not judged (this box is not a GPU host)
 if cmd == "info":
     answer("info")
+if cmd == "build":  # docker/serve.sh rebuilds an image whose source label differs from the checkout's
+    sys.exit(0)
 if cmd == "image" and args[1] == "inspect":
     image = args[-1]
+    if image in cfg["images"] and "Labels" in " ".join(args):
+        sys.exit(0)  # no source label: serve.sh rebuilds (the fake build above)
     if image in cfg["images"]:
         print(cfg["images"][image]); sys.exit(0)
     sys.stderr.write(f"Error response from daemon: No such image: {image}\n"); sys.exit(1)
+if cmd == "run" and value("--entrypoint") == "nvidia-smi":  # docker/serve.sh --probe-gpu
+    answer("probe", (125, "", 'docker: Error response from daemon: could not select device driver "" with '
+                              'capabilities: [[gpu]].\n'))
 if cmd == "run" and "--entrypoint" in args:
     image = args[args.index("--entrypoint") + 2]
     answer("inside:" + image, (125, "", f"Unable to find image '{image}' locally\n"))
@@ -285,6 +295,8 @@ echo "$FAKE_SMI"
 
 GOOD_INSIDE = {"dist_version": "0.16.0", "version": "0.16.0", "cuda": True, "device": "NVIDIA H100 80GB HBM3",
                "plugins": ["tts_predictor_variant=tts_predictor.plugin:register"], "snapshot_readable": True}
+NO_GPU_PROBE = [125, "", 'docker: Error response from daemon: could not select device driver "" with capabilities: '
+                         '[[gpu]].\n']
 NVIDIA_INFO = '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{}}\n'
 
 
@@ -292,6 +304,7 @@ FAKE_PYNVML = """from types import SimpleNamespace
 NVML_CLOCK_SM = 1
 def nvmlInit(): pass
 def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
 def nvmlDeviceGetHandleByIndex(i): return i
 def nvmlDeviceGetUtilizationRates(h): return SimpleNamespace(gpu=37, memory=20)
 def nvmlDeviceGetClockInfo(h, which): return 1755
@@ -317,7 +330,7 @@ class FakeHost:
         snap.mkdir(parents=True)
         (snap / "config.json").write_text("{}")
         self.cfg = {"state": str(self.state), "root": str(ROOT), "version": [0, "27.3.1\n", ""],
-                    "info": [0, NVIDIA_INFO, ""],
+                    "info": [0, NVIDIA_INFO, ""], "probe": [0, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\n", ""],
                     "images": {"tts-vllm-omni:0.16.0-original": "sha256:" + "a" * 64,
                                "tts-vllm-omni:0.16.0-fixed": "sha256:" + "b" * 64},
                     **{f"inside:tts-vllm-omni:0.16.0-{v}": [0, "PREFLIGHT " + json.dumps(GOOD_INSIDE) + "\n", ""]
@@ -377,7 +390,7 @@ def test_vllm_path_against_a_fake_docker_passes_end_to_end(host):
     for v in ("original", "fixed"):
         assert checks[f"variant.{v}.metrics"]["status"] == "pass" and f"under {v} only" in checks[f"variant.{v}.metrics"]["detail"]
     assert checks["server.A.log_evidence"]["status"] == "pass"
-    assert checks["telemetry.gpu"]["detail"] == "NVML GPU 0: 37 % busy, SM 1755 MHz, 30720 MiB used, 312 W"
+    assert checks["telemetry.gpu"]["detail"] == "NVML GPU 0: 37 % busy, SM 1755 MHz, 30720 MiB used, 312 W (GPUS=all)"
     runs = [c for c in host.calls() if c[0] == "run" and "-d" in c]
     assert len(runs) == 1 and any(a.endswith(":/run/tts-control:ro") for a in runs[0])
     assert [c for c in host.calls() if c[0] == "stop"]  # stopped gracefully through serve.sh
@@ -400,6 +413,7 @@ def test_engine_down_fails_the_host_and_blocks_the_rest(host):
 @pytest.mark.slow
 def test_no_nvidia_runtime_a_small_gpu_and_a_missing_image(host):
     host.cfg["info"] = [0, '{"io.containerd.runc.v2":{},"runc":{}}\n', ""]
+    host.cfg["probe"] = NO_GPU_PROBE
     host.smi = "0, NVIDIA A10G, 23028, 5000"
     del host.cfg["images"]["tts-vllm-omni:0.16.0-fixed"]
     p, doc, checks = preflight(host, "--backend", "vllm")
@@ -440,12 +454,169 @@ def test_an_image_without_the_plugin_or_cuda_and_an_unpinned_model(host):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", [True, False])
-def test_the_automatic_backend_is_make_serves_rule(host, runtime):
+@pytest.mark.parametrize(("runtime", "probe"), [(True, False), (False, False), (False, True)])
+def test_the_automatic_backend_is_make_serves_rule(host, runtime, probe):
     if not runtime:
         host.cfg["info"] = [0, '{"runc":{}}\n', ""]
+    if not probe:  # with no runtime entry, `docker run --gpus all ... nvidia-smi` may still see the GPU
+        host.cfg["probe"] = NO_GPU_PROBE
     code = ("import json; from loadtest.preflight import choose_backend; from ttssim.launch import nvidia_runtime; "
             "print(json.dumps([choose_backend(None), nvidia_runtime()]))")
     p = run([sys.executable, "-c", code], env=host.env())
     (backend, why), (gpu, why_serve) = json.loads(p.stdout)
-    assert backend == ("vllm" if runtime else "sim") and gpu is runtime and why == why_serve
+    assert backend == ("vllm" if runtime or probe else "sim") and gpu is (runtime or probe) and why == why_serve
+    if probe:
+        assert "but `docker run --gpus` sees GPU 0: NVIDIA H100" in why
+
+
+class CannedShell(pf.Shell):
+    """Answers by the command's first two words; nothing runs."""
+
+    def __init__(self, answers):
+        super().__init__(False, lambda line: None)
+        self.answers = answers
+
+    def run(self, argv, timeout_s, env=None):
+        return self.answers.get(" ".join(argv[:2]), (0, "", ""))
+
+
+def test_host_gpu_checks_the_containers_gpu_only(monkeypatch):
+    """GPUS=device=2 on a 4-GPU node: GPU 2's model and free memory are judged, not GPU 0's."""
+    monkeypatch.setattr(pf.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(pf, "read_gpus", lambda shell: ([pf.Gpu(i, "NVIDIA H100 80GB HBM3", 81559.0,
+                                                                 1000.0 if i != 2 else 80000.0) for i in range(4)],
+                                                        "nvidia-smi"))
+    shell = CannedShell({"docker version": (0, "27.3.1\n", ""), "docker info": (0, NVIDIA_INFO, "")})
+    monkeypatch.setenv("GPUS", "device=2")
+    rep, _ = report()
+    gpus = pf.check_host(rep, shell)
+    assert [g.index for g in gpus] == [2] and "GPU 2 (1 of the host's 4 for GPUS=device=2)" in rep.checks[-1].detail
+    pf.check_gpu_memory(rep, gpus, {"A": [0.3, 0.2]})
+    assert rep.checks[-1].status == "pass"  # GPU 0 is nearly full, GPU 2 is free: the container's GPU decides
+    monkeypatch.setenv("GPUS", "device=7")
+    rep, _ = report()
+    assert pf.check_host(rep, shell) == [] and rep.checks[-1].status == "fail" and "GPUS=device=7" in rep.checks[-1].detail
+
+
+def _sim_experiment(tmp_path, fault: str, request: str = "base") -> Path:
+    """A sim-only experiment whose servers carry one fault setting (configs/experiments/sim/mission-sim.yaml's)."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        schema: tts-experiment/1
+        name: fallback-sim
+        idea: the preflight's Base fallback and dead-engine stop on the simulator
+        scenario: configs/scenarios/demo.yaml
+        design: {{aa_rounds: 0, rounds: 1, seed: 1}}
+        primary_metric: audio_throughput
+        request: {request}
+        arms:
+          A:
+            label: original
+            backend: sim
+            evidence: {{sync_signature: original}}
+            sim: {{variant: original, config: configs/sim/quick.yaml, set: ["{fault}"]}}
+          B:
+            label: fixed
+            backend: sim
+            evidence: {{sync_signature: fixed}}
+            sim: {{variant: fixed, config: configs/sim/quick.yaml, set: ["{fault}"]}}
+        """))
+    return path
+
+
+def _sim_preflight(tmp_path, exp: Path):
+    out = tmp_path / "pre"
+    p = run([sys.executable, "-m", "loadtest.preflight", "--backend", "sim", "--experiment", str(exp), "--out",
+             str(out)], timeout=180)
+    doc = json.loads((out / "preflight.json").read_text())
+    return p, {c["name"]: c for c in doc["checks"]}, out
+
+
+@pytest.mark.slow
+def test_sim_base_refused_falls_back_to_x_vector_and_primes(tmp_path):
+    """ref_text requests refused (the engine lives): x_vector_only_mode answers, preflight names it, primes with the
+    first level's concurrency and runs the variants with it."""
+    p, checks, _ = _sim_preflight(tmp_path, _sim_experiment(tmp_path, "faults.ref_text_request=refused"))
+    assert p.returncode == 0, p.stdout[-3000:]
+    fb = checks["request.A"]
+    assert fb["status"] == "pass" and "x_vector_only_mode" in fb["detail"]
+    assert "base: http 400" in fb["warning"] and "`request: base_xvector`" in fb["warning"]
+    prime = checks["prime.A"]
+    assert prime["status"] == "pass" and prime["detail"].startswith("8 of 8 concurrent untimed base_xvector")  # demo.yaml: c=8 first
+    assert checks["variant.fixed.metrics"]["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_sim_engine_killed_by_base_stops_the_checks_and_says_so(tmp_path):
+    p, checks, out = _sim_preflight(tmp_path, _sim_experiment(tmp_path, "faults.ref_text_request=fatal"))
+    assert p.returncode == 1
+    fb = checks["request.A"]
+    assert fb["status"] == "fail" and "the engine died on a base request" in fb["detail"]
+    assert "EngineCore encountered a fatal error" in fb["detail"] and "checks of this server stop here" in fb["detail"]
+    assert "base_xvector -> custom_voice" in fb["fix"]
+    assert not [n for n in checks if n.startswith("variant.original")]  # no variant judged on a dead engine
+    assert checks["variant"]["status"] == "skip" and checks["server.A.stop"]["status"] == "pass"
+    assert "EngineDeadError" in (out / "server-A.log").read_text()
+
+
+@pytest.mark.slow
+def test_sim_engine_dies_mid_variant_loop_stops_it(tmp_path):
+    """The experiment asks for x-vector requests (so the fallback passes), the variant checks' WAV request is made
+    fatal by sending ref_text: the loop stops at the first variant and names the rest as not run."""
+    exp = _sim_experiment(tmp_path, "faults.ref_text_request=fatal", request="base_xvector")
+    p = run([sys.executable, "-c", textwrap.dedent(f"""\
+        import sys
+        from loadtest import preflight as pf, readiness
+        real = pf.run_variant
+        def run_variant(rep, shell, server, variant, epoch, probe):
+            return real(rep, shell, server, variant, epoch, readiness.make_probe(pf.ex.MODEL_NAME, "base"))
+        pf.run_variant = run_variant
+        sys.exit(pf.main(["--backend", "sim", "--experiment", "{exp}", "--out", "{tmp_path / 'pre'}"]))
+        """)], timeout=180)
+    checks = {c["name"]: c for c in json.loads((tmp_path / "pre/preflight.json").read_text())["checks"]}
+    assert p.returncode == 1
+    assert checks["request.A"]["status"] == "pass" and checks["prime.A"]["status"] == "pass"
+    assert checks["variant.original.metrics"]["status"] == "fail"
+    assert "engine died" in checks["variant.original.metrics"]["detail"]
+    assert checks["variant"]["detail"] == "not run: fixed (the engine died)"
+
+
+def test_dry_run_lists_the_base_fallback_and_the_priming(capsys, monkeypatch):
+    monkeypatch.setenv("MODEL_REVISION", REVISION)
+    assert pf.main(["--backend", "vllm", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "# request.A: fallback, first that answers: base (Base with reference audio + transcript) -> base_xvector" \
+        in text and "-> custom_voice (Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice" in text
+    assert "# prime.A: 8 concurrent untimed" in text  # ab-default's first level
+
+
+@pytest.mark.parametrize(("why", "needle"), [
+    ("CUDA driver initialization failed: The NVIDIA driver on your system is too old (found version 11040)",
+     "older than the CUDA 12.8"),
+    ("CUDA initialization: CUDA driver version is insufficient for CUDA runtime version", "upgrade the driver"),
+    ("torch.cuda.is_available() is False", "NVIDIA Container Toolkit is missing")])
+def test_cuda_fix_blames_the_driver_only_when_it_is_the_driver(why, needle):
+    fix = pf.cuda_fix(why, {"torch_cuda": "12.8"})
+    assert needle in fix
+    assert ("toolkit is not the cause" in fix) == (needle != "NVIDIA Container Toolkit is missing")
+
+
+def test_disk_check_names_the_full_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_CACHE", str(tmp_path / "hf" / "not-yet"))  # not created yet: its disk is checked
+    monkeypatch.setenv("COMPILE_CACHE", str(tmp_path / "cc"))
+    free = {"/var/lib/docker": 500 * 2**30}
+
+    def usage(path):
+        return type("U", (), {"free": free.get(str(path), 3 * 2**30)})()
+
+    monkeypatch.setattr(pf.shutil, "disk_usage", usage)
+    monkeypatch.setattr(pf, "_existing", lambda p: p if str(p) == "/var/lib/docker" else tmp_path)
+    rep, _ = report()
+    pf.check_disk(rep, CannedShell({"docker info": (0, "/var/lib/docker\n", "")}))
+    c = rep.checks[-1]
+    assert c.status == "fail" and "hf_cache" in c.detail and "3.0 GiB free, needs 10" in c.detail
+    assert "compile_cache" in c.detail and "needs 60" not in c.detail  # 3 < 5 GiB is low too; docker's 500 is not
+    free[str(tmp_path)] = 100 * 2**30
+    rep, _ = report()
+    pf.check_disk(rep, CannedShell({"docker info": (0, "/var/lib/docker\n", "")}))
+    assert rep.checks[-1].status == "pass" and "docker /var/lib/docker: 500 GiB free" in rep.checks[-1].detail

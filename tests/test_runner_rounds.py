@@ -28,6 +28,23 @@ def make_runner(tmp_path, monkeypatch):
     return make
 
 
+def test_runner_records_the_cpu_plan_and_pins_only_a_gpu_run(make_runner, monkeypatch):
+    r = make_runner()
+    pinned = []
+    monkeypatch.setattr(runner.pinning, "pin_load_generator", lambda p: pinned.append(p) or [0, 1])
+    r.pin_cpus()
+    assert r.m["cpu"]["server_cpus"] and "governors" in r.m["cpu"] and not pinned  # the simulator: recorded only
+    assert json.loads((r.run / "manifest.json").read_text())["cpu"] == r.m["cpu"]
+    r.s["backend"] = "vllm"
+    r.pin_cpus()
+    assert pinned and r.m["cpu"]["load_generator_affinity"] == "0-1"
+    monkeypatch.setenv("SERVER_NUMA_NODE", "99")
+    if not runner.pinning.numa_nodes():  # a kernel without NUMA nodes in /sys: no node to refuse
+        return
+    with pytest.raises(runner.PreparationFailed, match="SERVER_NUMA_NODE=99"):
+        r.pin_cpus()
+
+
 class Script:
     """run_window stand-in: statuses by (block_id, attempt) (default complete); writes block.json like the runner."""
 

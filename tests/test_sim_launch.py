@@ -14,11 +14,14 @@ from conftest import ROOT as REPO
 pytestmark = pytest.mark.slow  # every test runs the launcher or the simulator's command line
 
 
-def fake_docker(tmp_path: Path, runtimes: str, rc: int = 0) -> dict:
+def fake_docker(tmp_path: Path, runtimes: str, rc: int = 0, gpu_in_container: bool = False) -> dict:
+    """`docker run` (docker/serve.sh --probe-gpu's nvidia-smi) sees a GPU only when gpu_in_container."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "docker"
-    script.write_text(f"#!/bin/sh\necho '{runtimes}'\nexit {rc}\n")
+    probe = "echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)'; exit 0" if gpu_in_container else \
+        "echo 'could not select device driver with capabilities: [[gpu]]' >&2; exit 125"
+    script.write_text(f"#!/bin/sh\n[ \"$1\" = run ] && {{ {probe}; }}\necho '{runtimes}'\nexit {rc}\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -32,7 +35,14 @@ def test_no_nvidia_runtime_picks_the_simulator_loudly(tmp_path):
     out = launch("--dry-run", env=fake_docker(tmp_path, '{"runc":{"path":"runc"}}'))
     assert out.returncode == 0
     assert "BACKEND=sim -> SIMULATED" in out.stdout and "no NVIDIA runtime" in out.stdout
+    assert "no GPU in a container either (could not select device driver" in out.stdout
     assert "-m ttssim --variant fixed --host 127.0.0.1 --port 8091" in out.stdout
+
+
+def test_gpus_flag_without_a_runtime_entry_picks_vllm(tmp_path):
+    """`docker run --gpus all` works through the toolkit's hook with no `nvidia` runtime listed: the probe decides."""
+    out = launch("--dry-run", env=fake_docker(tmp_path, '{"runc":{"path":"runc"}}', gpu_in_container=True))
+    assert "BACKEND=vllm -> REAL vllm-omni" in out.stdout and "but `docker run --gpus` sees GPU 0" in out.stdout
 
 
 def test_docker_failing_picks_the_simulator(tmp_path):

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
+import pytest
+
 from loadtest import records
-from loadtest.telemetry import MIB, HostCpu, Nvml, ProcessTree, Telemetry, describe
+from loadtest.telemetry import MIB, HostCpu, Nvml, ProcessTree, Telemetry, container_gpus, describe
 
 
 def write_proc(root, pid, ppid, ticks, rss_pages, start="100"):
@@ -138,3 +140,44 @@ def test_sampler_writes_the_contract_and_never_raises(tmp_path, caplog):
     gone.stop()
     gone_rows, _ = records.read_jsonl(tmp_path / "x" / "t.jsonl", records.TELEMETRY_SCHEMA)
     assert not gone.errors and {r["source"] for r in gone_rows} == {"host"}  # no process line; the host still shows
+
+
+@pytest.mark.parametrize(("spec", "count", "want"), [
+    ("all", 8, list(range(8))), ("2", 8, [0, 1]), ("device=3", 8, [3]), ('"device=1,5"', 8, [1, 5]),
+    ("device=GPU-abc", 2, ["GPU-abc"]), ("9", 2, [0, 1])])
+def test_container_gpus_follows_docker_gpus_syntax(spec, count, want):
+    assert container_gpus(spec, count) == want
+
+
+@pytest.mark.parametrize("spec", ["device=8", "0", "gpu0", "device="])
+def test_container_gpus_refuses_what_docker_would_not_give(spec):
+    with pytest.raises(ValueError, match="GPUS="):
+        container_gpus(spec, 8)
+
+
+class EightGpus(FakeNvml):
+    def nvmlDeviceGetCount(self):
+        return 8
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=90 if h == 3 else 0)  # only the server's GPU works
+
+
+def test_telemetry_reads_the_containers_gpu_only_and_the_report_sees_its_utilisation(tmp_path):
+    """An 8-GPU node, the server on GPU 3: utilisation and power are that GPU's, not an average/sum over eight."""
+    from ttsreport.blocks import telemetry_window
+
+    nv = Nvml.open(EightGpus(), spec="device=3")
+    assert nv.indices == [3] and "host index 3" in describe(nv, "vllm")["nvml"]
+    out = tmp_path / "telemetry.jsonl"
+    clock = iter((1.0, 2.0, 3.0))
+    tele = Telemetry(out, None, nvml=nv, proc=tmp_path / "no-proc", clock=lambda: next(clock))
+    for _ in range(3):
+        tele.sample_once()
+    tele.stop()
+    rows, _ = records.read_jsonl(out, records.TELEMETRY_SCHEMA)
+    win = telemetry_window(rows, (0.0, 5.0))
+    assert win["gpu_util_pct"] == 90 and win["power_w"] == 350 and win["gpu_indices"] == [3] and win["gpus"] == 1
+    all8 = Nvml.open(EightGpus(), spec="all")
+    assert len(all8.read(0.0)) == 8
+    assert Nvml.open(EightGpus(), spec="device=9") is None  # a GPU the host does not have: no GPU telemetry

@@ -66,14 +66,17 @@ HELP = {
     OBSERVED_CALLS: "Calls of build_attn_metadata that ran under the sync observer (the sample behind device_syncs).",
     OBSERVED_TOKENS: "Query tokens of the calls that ran under the sync observer (to check original's T+4 exactly).",
     TOKENS: "Query tokens laid out by build_attn_metadata (T summed over calls).",
-    REQUESTS: "Requests in the batch, summed over build_attn_metadata calls (mean batch = this / calls).",
+    REQUESTS: "Rows of the batch build_attn_metadata lays out, summed over calls (mean = this / calls): the PADDED "
+    "batch on a GPU, where the talker's batch is padded up to a CUDA-graph capture size, so it can exceed the "
+    "requests in flight (the real batch: vLLM's vllm:num_requests_running).",
     INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
     ATTENTION_INFO: "1 for each attention backend / metadata builder class that the code predictor's local KV cache "
     "hands its metadata to (the builder's own host reads count in the sync signature: docs/control.md).",
     STEP_INTERVAL: "Time between the first build_attn_metadata calls (the prefill) of consecutive talker steps, "
     f"seconds, labelled by the variant of the earlier step (the step it measures); a gap of {STEP_IDLE_S:g} s or "
     "more follows idle time and is not counted.",
-    STEP_BATCH: "Requests in a talker step (num_reqs of the step's prefill call), by the variant that ran the step.",
+    STEP_BATCH: "Rows of a talker step (num_reqs of the step's prefill call; PADDED to a CUDA-graph capture size on "
+    "a GPU, not the requests in it), by the variant that ran the step.",
     SWITCHES: "Variant switches applied through the control file (at a step boundary), by the variant switched to.",
     ACTIVE_VARIANT: "1 for the variant the predictor runs now, 0 for the others (control file; multiprocess: the "
     "minimum over live processes, so 1 means every predictor process runs it).",

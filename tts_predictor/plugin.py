@@ -21,7 +21,9 @@ so only the process that runs the talker registers them; they reach the API serv
 prometheus_client's multiprocess mode (docs/metrics-transport.md).
 
 Fail closed: an unknown variant, a target whose signature or source code differs from vllm-omni 0.16.0's (checked
-on the function's own code object, so a ``functools.wraps`` wrapper does not pass for the stock method), a control
+on the function's own code object, so a ``functools.wraps`` wrapper does not pass for the stock method, and that code
+object compared with the verified source compiled again, so other code under the stock file and line does not
+either), a control
 file that is missing or invalid at start-up, or an NPU platform with a non-stock variant raises ``PluginError``,
 which vLLM does not catch around a plugin's function: the process stops with the message. The vllm-omni version
 string is logged, not trusted: a build from another commit whose target code is identical is accepted.
@@ -122,6 +124,44 @@ def source_sha256(fn) -> str:
     return hashlib.sha256(textwrap.dedent(inspect.getsource(code)).encode()).hexdigest()
 
 
+def _same_code(a, b) -> bool:
+    """Two code objects run the same: bytecode, names, constants (nested code compared the same way), arguments.
+    Line numbers, the file name and the qualified name are left out: they say where the code claims to come from."""
+    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_cellvars, a.co_argcount, a.co_posonlyargcount,
+            a.co_kwonlyargcount, a.co_flags, a.co_name) != \
+            (b.co_code, b.co_names, b.co_varnames, b.co_freevars, b.co_cellvars, b.co_argcount, b.co_posonlyargcount,
+             b.co_kwonlyargcount, b.co_flags, b.co_name) or len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts, strict=True):
+        if inspect.iscode(x) or inspect.iscode(y):
+            if not (inspect.iscode(x) and inspect.iscode(y) and _same_code(x, y)):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
+
+
+def runs_its_source(fn) -> bool:
+    """`fn`'s code object is what the file its source hash was read from compiles to at that place.
+
+    The source hash reads the text at the code object's file name and line, so a changed function compiled under the
+    stock file name and line would pass it; the code it runs would not pass this. The whole file is compiled again
+    (a method's bytecode depends on its module: imported names, `from __future__`), the code object defined at the
+    same line found and the two compared."""
+    code = fn.__code__
+    lines, _ = inspect.findsource(code)
+    module = compile("".join(lines), code.co_filename, "exec", dont_inherit=True)
+    stock = [c for c in _nested_code(module) if c.co_name == code.co_name and c.co_firstlineno == code.co_firstlineno]
+    return len(stock) == 1 and _same_code(stock[0], code)
+
+
+def _nested_code(code):
+    for c in code.co_consts:
+        if inspect.iscode(c):
+            yield c
+            yield from _nested_code(c)
+
+
 def check_target(module, cls, version: str, environ=None) -> None:
     """Everything we rely on, checked before anything is replaced. Raises PluginError naming what differs.
 
@@ -168,6 +208,17 @@ def check_target(module, cls, version: str, environ=None) -> None:
                 f"tts_predictor plugin: {TARGET_CLASS}.{name} differs from vllm-omni {SUPPORTED_VLLM_OMNI} "
                 f"(installed vllm-omni {version}; sha256 {got[:12]}..., expected {want[:12]}...): the variants would "
                 f"not reproduce it; set {ENV_SKIP_SOURCE_CHECK}=1 to run unverified"
+            )
+        try:
+            same = runs_its_source(target)
+        except (OSError, SyntaxError, ValueError) as e:
+            raise PluginError(f"tts_predictor plugin: cannot compile the verified source of {TARGET_CLASS}.{name} "
+                              f"again to compare it with the code that runs ({e})") from e
+        if not same:
+            raise PluginError(
+                f"tts_predictor plugin: {TARGET_CLASS}.{name} runs other code than its verified 0.16.0 source (its "
+                "code object differs from that source compiled again: a changed function under the stock file name "
+                f"and line); set {ENV_SKIP_SOURCE_CHECK}=1 to run unverified"
             )
         if target.__globals__ is not module.__dict__ or target.__closure__ is not None:
             raise PluginError(

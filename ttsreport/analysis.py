@@ -22,6 +22,7 @@ from scipy import stats as sps
 from loadtest import runsettings as rs
 from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 from tts_predictor.domain import CODEC_FRAME_RATE_HZ
+from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 
 from . import inference as inf
 from . import rounds as rd
@@ -411,6 +412,7 @@ def _arms_info(manifest: dict, starts: dict, variants: dict, blocks: list[dict])
 def _starts(starts: dict) -> list[dict]:
     return [{"start": s.get("start"), "arm": s.get("arm"), "status": s.get("status"), "reason": s.get("reason"),
              "ready_s": s.get("ready_s"), "stop_s": s.get("stop_s"), "windows": s.get("windows") or [],
+             "compile_cache": s.get("compile_cache"),
              "evidence": s.get("evidence"), "switches": len(s.get("switches") or [])} for _, s in sorted(starts.items())]
 
 
@@ -420,6 +422,11 @@ HOST_BUSY_PCT = 90.0  # a measure window whose host CPUs were this busy on avera
 
 def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
     out = []
+    for side, arm in sorted(((run.get("manifest") or {}).get("arms") or {}).items()):
+        if (arm or {}).get("plugin_source_check") == "skipped":
+            out.append(f"arm {side} ({arm.get('label')}) ran with {ENV_SKIP_SOURCE_CHECK}=1: the plugin did not "
+                       "verify that the image's build_attn_metadata is the vllm-omni 0.16.0 code its variants "
+                       "reproduce, so 'original' may not be the stock method (docs/gpu-host.md)")
     for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
         rows = [b["levels"][lv] for b in summaries if b["valid"] and lv in b["levels"]]
         short = [r for r in rows if r["window_s"] and r["e2e_p50"] and r["window_s"] < 2 * r["e2e_p50"]]
@@ -428,6 +435,16 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
             out.append(f"c={lv}: the measure window ({short[0]['window_s']:.0f} s) is shorter than twice the p50 "
                        f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} windows: throughput there "
                        "is a start-up transient, not a steady state; use longer phases for a real answer")
+    unprimed = []  # priming: before a level's measure window, at least C untimed requests (count or warm-up phase)
+    for b in run["blocks"]:
+        for c in measure_edges(b["counters"]):
+            n = sum(1 for r in b["requests"] if r.get("concurrency") == c and r.get("phase") in ("count", "warmup"))
+            if n < int(c):
+                unprimed.append(f"{b['meta'].get('block_id')} c={c}: {n}")
+    if unprimed:
+        out.append(f"not primed: {len(unprimed)} level(s) sent fewer untimed requests than their concurrency before "
+                   f"the measure window ({', '.join(unprimed[:4])}{' ...' if len(unprimed) > 4 else ''}), so cold "
+                   "first requests (predictor KV cache, speech tokenizer, code2wav) may land in it; lengthen warmup_s")
     for b in run["blocks"]:  # requests running at the stop are never recorded: the last window needs a drain after it
         edges = measure_edges(b["counters"])
         if not edges:

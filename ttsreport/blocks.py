@@ -342,7 +342,9 @@ def telemetry_window(samples: list[dict], edges: tuple[float, float] | None) -> 
                 per_gpu.setdefault(s.get("gpu"), []).append(float(s[name]))
         means = [float(np.mean(v)) for v in per_gpu.values()]
         out[name] = _f(sum(means) if name in SUMMED_OVER_GPUS else np.mean(means)) if means else None
-    out["gpus"] = len({s.get("gpu") for s in inside if s.get("gpu") is not None})
+    # the runner samples the server container's GPU(s) only (loadtest.telemetry.container_gpus): say which
+    out["gpu_indices"] = sorted({s.get("gpu") for s in inside if s.get("gpu") is not None}, key=str)
+    out["gpus"] = len(out["gpu_indices"])
     return out
 
 

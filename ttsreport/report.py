@@ -301,9 +301,13 @@ def design_section(summary: dict, comparison: dict) -> Section:
     unit_txt = {"round": "each round (an A and a B window) is one unit of the interval",
                 "start": "each server start is one unit (the mean ln(B/A) of its window pairs), so the interval "
                          "carries start-to-start variance"}[s["unit"]]
+    caches = [st.get("compile_cache") for st in summary.get("starts") or [] if st.get("compile_cache")]
     sec.parts.append(f"Design {d['name']}: {unit_txt}. {comparison['rounds']['ab']} A/B round(s), "
                      f"{comparison['rounds']['aa']} A/A round(s)"
-                     + (f", {d['starts']} server start(s)." if d.get("starts") else "."))
+                     + (f", {d['starts']} server start(s)" if d.get("starts") else "")
+                     + (f" ({caches.count('cold')} with a cold compile cache, {caches.count('warm')} warm: a cold "
+                        "start compiles from scratch, which can move the between-starts component)" if caches else "")
+                     + ".")
     rows, orows = [], []
     for lv in comparison["levels"]:
         dz = comparison["per_level"][lv]["design"]
@@ -520,9 +524,11 @@ def windows_section(summary: dict) -> Section:
                            "Invalid windows are excluded with their round; failed requests alone never invalidate a "
                            "window (they are data, see the error rate)."))
     if starts:
-        sec.parts.append(Table(["start", "arm", "status", "ready", "stop", "windows", "switches", "evidence"],
+        sec.parts.append(Table(["start", "arm", "status", "ready", "compile cache", "stop", "windows", "switches",
+                                "evidence"],
                                [[str(s["start"]), str(s["arm"]), str(s["status"]),
                                  DASH if s["ready_s"] is None else f"{s['ready_s']:.1f} s",
+                                 s.get("compile_cache") or DASH,
                                  DASH if s["stop_s"] is None else f"{s['stop_s']:.1f} s", str(len(s["windows"])),
                                  str(s["switches"]), DASH if not s.get("evidence") else
                                  ("ok" if s["evidence"].get("ok") else (f"FAILED: {s['evidence'].get('reason')}",

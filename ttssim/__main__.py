@@ -103,6 +103,7 @@ async def serve(args, cfg, control=None) -> None:
     site = web.TCPSite(runner, args.host, args.port, shutdown_timeout=1.0)
     await site.start()
     port = runner.addresses[0][1]
+    print("ttssim: all stages initialized (the engine steps; vllm-omni logs its own line here)", flush=True)
     print(BANNER.format(version=__version__, variant=engine.variant, device=engine.device, host=args.host, port=port,
                         config=args.config or "the built-in defaults (= configs/sim/default.yaml)"), flush=True)
     if control is not None:

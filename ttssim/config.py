@@ -78,6 +78,13 @@ class FaultConfig:
     cut_stream_every: int = 0
     malformed_audio_every: int = 0
     slow_readiness_s: float = 0.0
+    # a Base request with ref_text (reference audio + transcript), as public reports say 0.16.0 may treat it:
+    # "" served, "refused" one error answer (the engine lives on), "fatal" the engine dies (vLLM's dead-engine lines
+    # in the log, every later request fails, /health stays 200 as vllm-omni's checks nothing)
+    ref_text_request: str = ""
+
+
+REF_TEXT_FAULTS = ("", "refused", "fatal")
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,8 @@ def _coerce(section: str, key: str, value, default):
         ok = isinstance(value, type(default))
     if not ok:
         raise ValueError(f"{where} must be {type(default).__name__}, got {value!r}")
+    if where == "faults.ref_text_request" and value not in REF_TEXT_FAULTS:
+        raise ValueError(f"{where} must be one of {list(REF_TEXT_FAULTS)}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan / .inf: no model time or limit means it
         raise ValueError(f"{where} must be a finite number, got {value!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:

@@ -50,6 +50,10 @@ class QueueFull(Exception):
     """The waiting queue is at its configured limit: the caller answers 503 at once."""
 
 
+# vLLM 0.16.0's EngineDeadError text (vllm/v1/engine/exceptions.py): what a dead engine answers every request
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
 class EngineDead(Exception):
     """The step loop stopped with an error; nothing more will be produced."""
 
@@ -184,6 +188,17 @@ class Engine:
         if not req.finished and not req.aborted:
             req.aborted = True
             self.metrics.requests.labels("aborted").inc()
+
+    def die(self, message: str) -> None:
+        """The ref_text_request=fatal fault: the engine is dead from now on, with vLLM's own log lines (vLLM 0.16.0
+        v1/engine/core.py "EngineCore encountered a fatal error.", v1/engine/exceptions.py EngineDeadError)."""
+        print("ERROR ttssim FAULT [core.py] EngineCore encountered a fatal error.", file=sys.stderr, flush=True)
+        print(f"vllm.v1.engine.exceptions.EngineDeadError: {message}", file=sys.stderr, flush=True)
+        self.dead = RuntimeError(message)
+        for r in list(self.running) + list(self.waiting):
+            r.out.put_nowait(EngineDead(message))
+        self.running.clear()
+        self.waiting.clear()
 
     # --- the step loop --------------------------------------------------------------------------------------
     async def run(self) -> None:

@@ -3,7 +3,8 @@
 - BACKEND=sim: `python -m ttssim` (the simulator, this package).
 - BACKEND=vllm: `bash docker/serve.sh [--dry-run]` with VARIANT, PORT, DEVICE, HOST in the environment (the real
   vllm-omni 0.16.0 image; that script belongs to docker/).
-- no BACKEND: vllm only when `docker info` lists an NVIDIA runtime, otherwise the simulator.
+- no BACKEND: vllm when `docker info` lists an NVIDIA runtime or a container gets the GPU without one
+  (`bash docker/serve.sh --probe-gpu`: `docker run --gpus all ... nvidia-smi -L` in a local image), else the simulator.
 DRY_RUN=1 prints the decision and the command; for the simulator it runs nothing, for vllm it passes --dry-run on.
 """
 
@@ -42,7 +43,21 @@ def nvidia_runtime() -> tuple[bool, str]:
     text = " ".join(runtimes) if isinstance(runtimes, dict) else str(out.stdout)
     if "nvidia" in text.lower():
         return True, "`docker info` lists the NVIDIA runtime"
-    return False, f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})"
+    return probe_gpu(f"`docker info` lists no NVIDIA runtime (runtimes: {text or 'none'})")
+
+
+def probe_gpu(before: str, env: dict | None = None) -> tuple[bool, str]:
+    """`docker run --gpus` works without a runtime entry (the toolkit's hook), so a container that sees the GPU
+    decides (docker/serve.sh --probe-gpu, in an image already on the host)."""
+    try:
+        out = subprocess.run(["bash", SERVE_SH, "--probe-gpu"], cwd=REPO, capture_output=True, text=True,
+                             timeout=120, env={**os.environ, **(env or {})})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"{before}; the GPU probe failed: {e}"
+    if out.returncode == 0:
+        return True, f"{before}, but `docker run --gpus` sees {out.stdout.strip().splitlines()[0][:120]}"
+    last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1][:200]
+    return False, f"{before}; no GPU in a container either ({last})"
 
 
 def build(args) -> tuple[str, list[str], dict, str]:

@@ -23,7 +23,7 @@ from aiohttp import ClientSession, ClientTimeout, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .audio import decode_data_uri, encode
-from .engine import Engine, EngineDead, QueueFull
+from .engine import ENGINE_DEAD_MESSAGE, Engine, EngineDead, QueueFull
 from .faults import Faults
 
 log = logging.getLogger("ttssim.server")
@@ -235,6 +235,12 @@ async def speech(request: web.Request) -> web.StreamResponse:
     except ApiError as e:
         return error_response(e.message, e.status, e.err_type, e.param)
     n = faults.next_speech()
+    if req["ref_text"] is not None and cfg.faults.ref_text_request:
+        engine.metrics.faults.labels("ref_text_request").inc()
+        if cfg.faults.ref_text_request == "fatal":
+            engine.die(ENGINE_DEAD_MESSAGE)
+            return error_response(ENGINE_DEAD_MESSAGE, 500, "EngineDeadError")
+        return error_response("simulated fault: this server cannot serve a Base request with ref_text", 400)
     burst = faults.burst_status(n)
     if burst:
         engine.metrics.faults.labels("error_burst").inc()

@@ -13,10 +13,11 @@ Besides max_batch_size, two settings differ from the stock file, each for a reas
   first choice on every other CUDA GPU (8.x, 9.x), so pinning it changes nothing there. vLLM 0.16.0 has no
   VLLM_ATTENTION_BACKEND variable any more; the engine argument `attention_backend` is the way
   (vllm/engine/arg_utils.py), and vllm-omni passes a stage's engine_args to the engine as they are.
-- code2wav `max_num_batched_tokens`: one code2wav chunk is 16 code groups x (25 frames + 25 frames of left context)
-  = 800 tokens, so the stock 8192 holds about 10 chunks per step. A talker batch of B requests can have B chunks due
-  in one step (a closed loop starts them together), so the budget follows the batch: max(8192, B x 800), rounded up
-  to a multiple of 16. vllm-omni 0.30.0's own qwen3_tts.yaml gives code2wav 65536 tokens at max_num_seqs 64 for the
+- code2wav `max_num_batched_tokens`: one code2wav chunk is a header token (the number of left-context frames) and
+  16 code groups x (25 frames + 25 frames of left context) = 801 tokens (0.16.0
+  stage_input_processors/qwen3_tts.py, talker2code2wav_async_chunk: `[ctx_frames] + flat codes`), so the stock 8192
+  holds about 10 chunks per step. A talker batch of B requests can have B chunks due in one step (a closed loop
+  starts them together), so the budget follows the batch: max(8192, B x 801), rounded up to a multiple of 16. vllm-omni 0.30.0's own qwen3_tts.yaml gives code2wav 65536 tokens at max_num_seqs 64 for the
   same reason (its comment: the codec prefill exceeds the old default).
 """
 
@@ -33,13 +34,14 @@ from tts_predictor.domain import CHUNK_FRAMES  # noqa: E402
 SWEEP = (8, 16, 32, 64, 128, 256)  # powers of two: the talker's CUDA-graph capture sizes align with them
 CODE_GROUPS = 16  # Qwen3-TTS-12Hz: 16 codebooks per codec frame
 CODEC_LEFT_CONTEXT_FRAMES = 25  # connector extra of the stock 0.16.0 config (below)
+CHUNK_HEADER_TOKENS = 1  # the chunk's ctx_frames header ahead of its flat codes (talker2code2wav_async_chunk)
 STOCK_CODE2WAV_TOKENS = 8192
 ATTENTION_BACKEND = "FLASH_ATTN"
 
 
 def code2wav_tokens(batch: int) -> int:
     """Token budget of one code2wav step: every request of a full talker batch can hand over one chunk at once."""
-    per_chunk = CODE_GROUPS * (CHUNK_FRAMES + CODEC_LEFT_CONTEXT_FRAMES)
+    per_chunk = CHUNK_HEADER_TOKENS + CODE_GROUPS * (CHUNK_FRAMES + CODEC_LEFT_CONTEXT_FRAMES)
     need = max(STOCK_CODE2WAV_TOKENS, batch * per_chunk)
     return -(-need // CODE_GROUPS) * CODE_GROUPS
 HERE = Path(__file__).resolve().parent
@@ -144,7 +146,7 @@ HEADER = """\
 # Identical to the stock qwen3_tts.yaml of 0.16.0 except: both stages max_batch_size={b} (stock 1), so the talker
 # batches up to {b} requests (scheduler max_num_seqs={b}) and the code predictor's local KV cache holds {b} rows;
 # talker attention_backend {backend} (stock: vLLM's choice, FlashInfer first on Blackwell); code2wav
-# max_num_batched_tokens {tokens} (stock 8192 = ~10 chunks of 800 tokens; here one chunk per request of the batch).
+# max_num_batched_tokens {tokens} (stock 8192 = ~10 chunks of 801 tokens: a header + 800 codes; here one chunk per request of the batch).
 # Serve with concurrency <= {b}: above it requests queue in the scheduler and the batch stays at {b}.
 """
 

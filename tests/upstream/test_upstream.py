@@ -212,7 +212,7 @@ def test_030_serve_flags_exist_in_its_parsers():
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     omni = _flags_in(OMNI30 / "entrypoints/cli/serve.py")
-    assert {"--omni", "--deploy-config", "--log-stats"} <= omni
+    assert {"--omni", "--deploy-config", "--log-stats", "--stage-init-timeout", "--init-timeout"} <= omni
     assert "--stage-configs-path" not in omni  # 0.16.0's flag is gone: serve.sh must not pass it to 0.30.0
     argv = _serve_argv({"VLLM_OMNI": "0.30.0", "DEPLOY": "tts_loadtest_runner_v1.yaml"})
     pairs = _split_flags(argv)
@@ -235,7 +235,16 @@ def test_016_serve_flags_exist_in_its_sources():
         | _dataclass_flags(VLLM16 / "entrypoints/openai/cli_args.py", "FrontendArgs")
     for flag, _ in _split_flags(_serve_argv({"VLLM_OMNI": "0.16.0", "VARIANT": "fixed"})):
         assert flag in known, flag
-    assert {"--stage-configs-path", "--revision", "--tokenizer-revision", "--served-model-name"} <= known
+    assert {"--stage-configs-path", "--revision", "--tokenizer-revision", "--served-model-name",
+            "--stage-init-timeout", "--init-timeout"} <= known
+
+
+def test_032_start_up_limit_flags_exist():
+    """docker/serve.sh passes vllm-omni's own start-up limits to every release (at least the suite's wait)."""
+    omni = _flags_in(OMNI32 / "entrypoints/cli/serve.py")
+    assert {"--stage-init-timeout", "--init-timeout", "--deploy-config"} <= omni
+    argv = _serve_argv({"VLLM_OMNI": "0.32.0rc1", "DEPLOY": "tts_loadtest_cp_kv_on.yaml"})
+    assert ("--init-timeout", "1200") in _split_flags(argv) and ("--stage-init-timeout", "1200") in _split_flags(argv)
 
 
 def test_016_attention_backend_pin():
