@@ -218,7 +218,9 @@ def test_sequential_settings_are_read_from_the_manifest_the_runner_writes(tmp_pa
     monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
     _, man = plan.new_run(ab.parse_args(["--out", str(tmp_path), "--name", "s", "--until-decided", "--max-rounds",
                                          "4", "--min-rounds", "2", "--aa-rounds", "0", "--levels", "8"]))
-    want = {"min_rounds": 2, "max_rounds": 4, "alpha": 0.05, "margin_pct": 1.0}
-    assert sequential_of(man, 1.0, 0.95) == want
-    man["sequential"] = {"looks": 1, "look_errors": [], "ignored_stops": []}  # after the runner's first look
-    assert sequential_of(man, 1.0, 0.95) == want
+    want = {"min_rounds": 2, "max_rounds": 4, "min_units": 2, "max_units": 4, "alpha": 0.05, "margin_pct": 1.0}
+    got = sequential_of(man, 1.0, 0.95)
+    assert {k: got[k] for k in want} == want
+    man["sequential"] = {"looks": 1, "look_errors": [], "ignored_stops": []}  # a look log where older runners kept it
+    got = sequential_of(man, 1.0, 0.95)
+    assert {k: got[k] for k in want} == want
