@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "cpu_server" / "plugin"))
 from tts_omni_cpu import cpu_flags, missing_flags  # noqa: E402  (stdlib only at import)
 
-from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES  # noqa: E402
+from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES  # noqa: E402
 
 VLLM_OMNI = "0.16.0"
 STAGES = "cpu_server/qwen3_tts_cpu.yaml"
@@ -174,7 +174,7 @@ def _healthy(url: str) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python cpu_server/serve.py", description=__doc__.splitlines()[0])
-    p.add_argument("--variant", required=True, choices=VARIANT_NAMES)
+    p.add_argument("--variant", default=DEFAULT_VARIANT, choices=VARIANT_NAMES)
     p.add_argument("--port", type=int, default=8091)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--control", default=os.environ.get("TTS_PREDICTOR_CONTROL"),
@@ -183,6 +183,7 @@ def main(argv=None) -> int:
     p.add_argument("--health-timeout-s", type=float, default=HEALTH_TIMEOUT_S)
     p.add_argument("--stop-grace-s", type=float, default=STOP_GRACE_S)
     p.add_argument("--dry-run", action="store_true", default=bool(os.environ.get("DRY_RUN")))
+    p.add_argument("--prepare", action="store_true", help="build the venv and the model (cached), start nothing")
     args = p.parse_args(argv)
     if not args.host.startswith("127."):
         print(f"serve.py: --host {args.host}: the server binds loopback only (127.x.x.x)", file=sys.stderr)
@@ -204,11 +205,14 @@ def main(argv=None) -> int:
         print(f"# {BANNER}")
         print(f"VENV=$({shlex.join(venv_cmd)})  # pinned, cached; installs the project + cpu_server/plugin")
         print(shlex.join([f"{venv}/bin/python", "-m", "tts_omni_cpu.tiny_model", str(model), "--seed",
-                          str(args.seed)]) + "  # cached by seed")
+                          str(args.seed)]).replace("'$VENV/", '"$VENV"/').replace("python'", "python")
+              + "  # cached by seed")
+        if args.prepare:
+            return 0
         env = server_env(args, "<fresh temporary folder>")
         shown = {k: env[k] for k in sorted(env) if k.startswith(("TTS_PREDICTOR_", "PROMETHEUS_", "VLLM_", "HF_"))}
         print(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " +
-              shlex.join(serve_argv(venv, model, args)))
+              shlex.join(serve_argv(venv, model, args)).replace("'$VENV/bin/vllm-omni'", '"$VENV"/bin/vllm-omni'))
         print(f"# health: http://{args.host}:{args.port}/health for up to {args.health_timeout_s:.0f} s; on SIGTERM/"
               f"SIGINT: SIGTERM to the server group, {args.stop_grace_s:.0f} s, SIGKILL to the rest of the tree, "
               "its /dev/shm segments removed")
@@ -220,6 +224,9 @@ def main(argv=None) -> int:
     subprocess.run([f"{venv}/bin/python", "-m", "tts_omni_cpu.tiny_model", str(model), "--seed", str(args.seed)],
                    check=True, cwd=tempfile.gettempdir())
     t2 = time.monotonic()
+    if args.prepare:
+        print(f"serve.py: venv {venv} ({t1 - t0:.0f} s) and model {model} ({t2 - t1:.0f} s) ready", flush=True)
+        return 0
     bar = "=" * 100
     print(f"{bar}\n== {BANNER}\n== model {model} (seed {args.seed}), served as {MODEL_NAME}\n"
           f"== variant {args.variant}, control {args.control or 'off'}, http://{args.host}:{args.port}\n{bar}",

@@ -197,7 +197,7 @@ def build_speech_tokenizer(out: Path, seed: int) -> int:
                "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64,
                "codebook_size": CODEBOOK, "codebook_dim": 16, "vector_quantization_hidden_dimension": 16,
                "num_quantizers": CODE_GROUPS, "num_semantic_quantizers": 1, "sliding_window": 250,
-               "max_position_embeddings": 8000, "use_cache": False}
+               "max_position_embeddings": 8000, "use_cache": False, "upsample_groups": 32}
     decoder = {"codebook_size": CODEBOOK, "codebook_dim": 16, "hidden_size": 32, "latent_dim": 32,
                "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64,
                "num_hidden_layers": 1, "num_quantizers": CODE_GROUPS, "upsample_rates": [8, 5, 4, 3],
