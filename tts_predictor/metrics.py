@@ -19,6 +19,8 @@ OBSERVED_CALLS = "tts_predictor_sync_observed_calls_total"
 OBSERVED_TOKENS = "tts_predictor_sync_observed_tokens_total"
 TOKENS = "tts_predictor_tokens_total"
 REQUESTS = "tts_predictor_batch_requests_total"
+HOST_DELAY = "tts_predictor_host_delay_seconds_total"
+HOST_DELAY_CALLS = "tts_predictor_host_delay_calls_total"
 INFO = "tts_predictor_info"
 ATTENTION_INFO = "tts_predictor_attention_info"
 
@@ -67,6 +69,9 @@ HELP = {
     OBSERVED_TOKENS: "Query tokens of the calls that ran under the sync observer (to check original's T+4 exactly).",
     TOKENS: "Query tokens laid out by build_attn_metadata (T summed over calls).",
     REQUESTS: "Requests in the batch, summed over build_attn_metadata calls (mean batch = this / calls).",
+    HOST_DELAY: "Positive control: host time spent in the control file's fixed extra delay (host_delay_us) inside "
+                "build_attn_metadata.",
+    HOST_DELAY_CALLS: "Positive control: build_attn_metadata calls that carried the control file's extra delay.",
     INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
     ATTENTION_INFO: "1 for each attention backend / metadata builder class that the code predictor's local KV cache "
     "hands its metadata to (the builder's own host reads count in the sync signature: docs/control.md).",
@@ -135,6 +140,8 @@ class PredictorMetrics:
     tokens: object
     requests: object
     info: object
+    host_delay: object
+    host_delay_calls: object
 
 
 def make_predictor_metrics(registry=None) -> PredictorMetrics:
@@ -155,6 +162,8 @@ def make_predictor_metrics(registry=None) -> PredictorMetrics:
         tokens=counter(TOKENS),
         requests=counter(REQUESTS),
         info=Info(INFO.removesuffix("_info"), HELP[INFO], registry=reg),
+        host_delay=counter(HOST_DELAY),
+        host_delay_calls=counter(HOST_DELAY_CALLS),
     )
 
 

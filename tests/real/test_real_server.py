@@ -71,9 +71,9 @@ class Real:
     def metrics(self):
         return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=30).text)[1]
 
-    def switch(self, variant: str) -> None:
+    def switch(self, variant: str, **extra) -> None:
         self.epoch += 1
-        write_control(self.control, variant, observe=True, epoch=self.epoch)
+        write_control(self.control, variant, observe=True, epoch=self.epoch, **extra)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if _value(self.metrics(), pm.CONTROL_EPOCH) == self.epoch:
@@ -166,6 +166,30 @@ def test_control_file_moves_the_counting_to_vectorized(real):
     assert after.get("vectorized", 0) > before.get("vectorized", 0), (before, after)
     assert after.get("fixed", 0) == before.get("fixed", 0), (before, after)
     assert _value(real.metrics(), pm.CONTROL_EPOCH) == real.epoch
+
+
+def _sum(rows, name, **labels):
+    return sum(v for n, lab, v in rows if n == name and all(lab.get(k) == x for k, x in labels.items()))
+
+
+def test_positive_control_delay_is_applied_counted_and_switched_off(real):
+    delay_us = 2000
+    real.switch("vectorized", host_delay_us=delay_us)
+    before = real.metrics()
+    out = real.request("wav")
+    after = real.metrics()
+    assert out.ok, out.error
+    calls = _sum(after, pm.HOST_DELAY_CALLS, variant="vectorized") - _sum(before, pm.HOST_DELAY_CALLS,
+                                                                         variant="vectorized")
+    secs = _sum(after, pm.HOST_DELAY, variant="vectorized") - _sum(before, pm.HOST_DELAY, variant="vectorized")
+    all_calls = _calls_by_variant(after)["vectorized"] - _calls_by_variant(before)["vectorized"]
+    assert calls == all_calls > 0, (calls, all_calls)
+    assert secs >= calls * delay_us / 1e6 and secs < calls * delay_us / 1e6 * 1.5 + 0.5, (secs, calls)
+    print(f"\ntest-real: positive control {delay_us} us x {calls:g} calls = {secs:.2f} s; WAV in {out.e2e_s:.2f} s")
+    real.switch("vectorized")  # off again
+    mid = real.metrics()
+    assert real.request("wav").ok
+    assert _sum(real.metrics(), pm.HOST_DELAY_CALLS) == _sum(mid, pm.HOST_DELAY_CALLS)
 
 
 def test_zz_sigterm_leaves_no_process_and_no_shared_memory(real):
