@@ -21,7 +21,7 @@ from pathlib import Path
 from tts_predictor.domain import SAMPLE_RATE_HZ as SAMPLE_RATE
 from tts_predictor.domain import SAMPLES_PER_CODEC_FRAME as SAMPLES_PER_FRAME
 
-GENERATOR_VERSION = "1"  # bump when the folder's content changes for the same seed
+GENERATOR_VERSION = "2"  # bump when the folder's content changes for the same seed
 CODE_GROUPS = 16
 CODEBOOK = 2048
 
@@ -123,6 +123,17 @@ def talker_config(specials: dict[str, int]) -> dict:
             "tts_pad_token_id": specials["<tts_pad>"], "tts_bos_token_id": specials["<tts_text_bos>"],
             "tts_eos_token_id": specials["<tts_text_eod>"], "torch_dtype": "bfloat16",
             "talker_config": talker, "speaker_encoder_config": speaker}
+
+
+def build_generation_config(out: Path) -> None:
+    """generation_config.json, as the released checkpoints have: without it vLLM's input processor in the API server
+    process falls back to parsing config.json with AutoConfig, which does not know `qwen3_tts` there
+    (vllm/transformers_utils/config.py try_get_generation_config), and the server dies at start-up. The values are
+    the stock stage file's talker sampling."""
+    from transformers import GenerationConfig
+
+    GenerationConfig(do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05,
+                     max_new_tokens=4096).save_pretrained(str(out))
 
 
 def _decoder_layer(prefix: str, hidden: int, inter: int) -> dict[str, tuple[int, ...]]:
@@ -239,6 +250,7 @@ def build(out: Path, seed: int) -> dict:
     check_tokenizer(tmp)
     cfg = talker_config(specials)
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    build_generation_config(tmp)
     n_talker = build_weights(tmp, cfg, seed)
     (tmp / "speech_tokenizer").mkdir()
     n_codec = build_speech_tokenizer(tmp / "speech_tokenizer", seed)
