@@ -21,7 +21,7 @@ from pathlib import Path
 from tts_predictor.domain import SAMPLE_RATE_HZ as SAMPLE_RATE
 from tts_predictor.domain import SAMPLES_PER_CODEC_FRAME as SAMPLES_PER_FRAME
 
-GENERATOR_VERSION = "2"  # bump when the folder's content changes for the same seed
+GENERATOR_VERSION = "3"  # bump when the folder's content changes for the same seed
 CODE_GROUPS = 16
 CODEBOOK = 2048
 
@@ -220,10 +220,30 @@ def build_speech_tokenizer(out: Path, seed: int) -> int:
     cfg.architectures = ["Qwen3TTSTokenizerV2Model"]
     torch.manual_seed(seed + 2)
     model = Qwen3TTSTokenizerV2Model(cfg)
+    _audible(model, seed)
     model.save_pretrained(str(out), safe_serialization=True)
     EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLE_RATE, padding_value=0.0,
                             return_attention_mask=True).save_pretrained(str(out))
     return sum(p.numel() for p in model.parameters())
+
+
+def _audible(model, seed: int, rms: float = 0.1) -> None:
+    """Random codebook entries (they start at zero, so every code would decode to silence), then the decoder's last
+    convolution scaled so random codes decode to noise at `rms` (a client rightly refuses all-zero PCM16)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 4)
+    with torch.no_grad():
+        for name, p in model.decoder.named_parameters():
+            if name.endswith("embedding_sum"):
+                p.copy_(torch.randn(p.shape, generator=g))
+    codes = torch.randint(0, CODEBOOK, (1, CODE_GROUPS, 25), generator=torch.Generator().manual_seed(seed + 3))
+    with torch.no_grad():
+        got = float(model.decoder(codes).float().pow(2).mean().sqrt())
+        if got <= 0:
+            raise SystemExit("tiny_model: speech tokenizer: the decoder's output is exactly zero")
+        for p in model.decoder.decoder[-1].parameters():
+            p.mul_(rms / got)
 
 
 def check_speech_tokenizer(out: Path) -> None:
@@ -240,6 +260,9 @@ def check_speech_tokenizer(out: Path) -> None:
     wavs, sr = tok.decode({"audio_codes": codes})
     if sr != SAMPLE_RATE or len(wavs[0]) != frames * SAMPLES_PER_FRAME:
         raise SystemExit(f"tiny_model: speech tokenizer: decoded {len(wavs[0])} samples at {sr} Hz")
+    level = float(np.sqrt(np.mean(np.square(wavs[0]))))
+    if not 0.01 < level < 0.9:
+        raise SystemExit(f"tiny_model: speech tokenizer: decoded audio at rms {level:.4f}, want audible noise")
 
 
 def build(out: Path, seed: int) -> dict:
