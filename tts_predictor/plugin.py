@@ -263,6 +263,7 @@ class _Runtime:
         self._labelled: dict[str, dict] = {}
         self._shared = None
         self._first_call_logged = False
+        self._events_logged: set[str] = set()  # variants whose first observed call's sync events were logged
         self._lock = threading.Lock()
 
     # --- metrics ------------------------------------------------------------------------------------------------
@@ -365,6 +366,10 @@ class _Runtime:
                 m["observed_calls"].inc()
                 m["observed_tokens"].inc(tokens)
                 m["syncs"].inc(count.syncs)
+                if variant not in rt._events_logged:  # what was counted, once per variant and process: the
+                    rt._events_logged.add(variant)  # first thing to read when a signature does not hold
+                    logger.info("tts_predictor: first observed call of variant %r in pid %d: %d syncs over %d "
+                                "tokens (%s)", variant, os.getpid(), count.syncs, tokens, ", ".join(count.events))
             if not rt._first_call_logged:
                 rt._first_call_logged = True
                 logger.info(
