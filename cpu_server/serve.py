@@ -6,8 +6,9 @@ and preflight start the same command). In order: refuse in one line unless the C
 venv (cpu_server/venv.sh) and the tiny model (tts_omni_cpu.tiny_model, seeded, offline); print the banner; start
 `vllm-omni serve <model> --omni` with cpu_server/qwen3_tts_cpu.yaml in its own process group, with the plugin's
 variant, TTS_PREDICTOR_CONTROL passed through and a fresh PROMETHEUS_MULTIPROC_DIR; wait for /health; then follow it.
-SIGTERM or Ctrl-C: SIGTERM to the server's group, STOP_GRACE_S for vLLM's own shutdown, SIGKILL to whatever is
-left of the tree, and every /dev/shm segment the tree had open and left behind is removed. Exit 0 after a requested
+The server runs in our process group, so a signal to the group (the A/B runner, Ctrl-C) reaches it even if we are
+killed. SIGTERM or Ctrl-C: SIGTERM to the server's process tree, STOP_GRACE_S for vLLM's own shutdown, SIGKILL to
+whatever is left of the tree, and every /dev/shm segment the tree had open and left behind is removed. Exit 0 after a requested
 stop, 1 when the server died or never became ready, 2 for bad input, 3 when the CPU lacks AVX-512.
 """
 
@@ -134,16 +135,17 @@ def _zombie(pid: int) -> bool:
 
 
 def stop(proc: subprocess.Popen, tracker: Tracker, grace_s: float) -> list[str]:
-    """SIGTERM to the group, wait, SIGKILL what is left of the tree; remove its leftover /dev/shm segments."""
+    """SIGTERM to the tree, wait, SIGKILL what is left of it; remove its leftover /dev/shm segments."""
     tracker.sample()
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    for p in sorted(tracker.alive() - {os.getpid()}):  # the server's tree, not our own process
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and (proc.poll() is None or tracker.alive() - {proc.pid}):
         time.sleep(0.5)
-    for p in tracker.alive():
+    for p in tracker.alive() - {os.getpid()}:
         try:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
@@ -214,7 +216,7 @@ def main(argv=None) -> int:
         print(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " +
               shlex.join(serve_argv(venv, model, args)).replace("'$VENV/bin/vllm-omni'", '"$VENV"/bin/vllm-omni'))
         print(f"# health: http://{args.host}:{args.port}/health for up to {args.health_timeout_s:.0f} s; on SIGTERM/"
-              f"SIGINT: SIGTERM to the server group, {args.stop_grace_s:.0f} s, SIGKILL to the rest of the tree, "
+              f"SIGINT: SIGTERM to the server's tree, {args.stop_grace_s:.0f} s, SIGKILL to the rest of the tree, "
               "its /dev/shm segments removed")
         return 0
 
@@ -234,8 +236,10 @@ def main(argv=None) -> int:
     prom_dir = tempfile.mkdtemp(prefix="tts-vllm-cpu-prom-")
     argv_ = serve_argv(venv, model, args)
     print(f"serve.py: venv {t1 - t0:.0f} s, model {t2 - t1:.0f} s; starting: {shlex.join(argv_)}", flush=True)
+    # in our own process group, not a new session: whoever stops us with a signal to our group (the A/B runner,
+    # Ctrl-C in a terminal) reaches the server too, even if it has to SIGKILL us (a new session would be orphaned)
     proc = subprocess.Popen(argv_, env=server_env(args, prom_dir), cwd=tempfile.gettempdir(),
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL)
     tracker = Tracker(proc.pid)
     wanted = {"stop": None}
 
