@@ -37,7 +37,7 @@ MARGIN_PCT ?=
 CONFIDENCE ?=
 PRIMARY_METRIC ?=
 
-.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-upstream bench-sim bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-upstream bench-sim bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
@@ -45,7 +45,7 @@ help:
 	@echo "make test      all tests (creates .venv)"
 	@echo "make test-fast the unit tier: no processes, no servers (about 1 minute of CPU on a 2-core box)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
-	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm] [DRY_RUN=1]"
+	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm|vllm-cpu] [PORT=8091] [DRY_RUN=1]"
 	@echo "make preflight [BACKEND=vllm|sim] [VARIANT=v[,v]] [EXPERIMENT=file] [PREPARE=1] [DRY_RUN=1]  first on a new host"
 	@echo "make ab        A=original B=fixed | EXPERIMENT=configs/experiments/<x>.yaml [SIMULATE=1] [DRY_RUN=1]"
 	@echo "               BACKEND=sim|vllm DESIGN=fresh|swap|nested [STARTS=S PAIRS=W] ROUNDS=3 AA_ROUNDS=1 SEED=..."
@@ -141,6 +141,11 @@ dashboard: $(STAMP)
 
 test-engine: $(STAMP)
 	bash tests/engine/run.sh
+
+# the real vllm-omni 0.16.0 server on this CPU (BACKEND=vllm-cpu), started once for the module; skipped with the
+# reason printed when the CPU lacks AVX-512 (docs/real-cpu-server.md)
+test-real: $(STAMP)
+	TTS_TEST_REAL=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/real
 
 # our request bodies, deploy files, serve flags, evidence patterns and metric names against the real vllm-omni
 # 0.30.0 (and 0.16.0 / 0.32.0rc1 sources); own cached venv (docs/versions.md)

@@ -43,7 +43,14 @@ MISSION = "configs/experiments/mission-016-original-vs-fixed.yaml"
 PLUGIN_VERSION = "0.16.0"
 UPSTREAM_VERSIONS = ("0.30.0", "0.32.0rc1")
 SUPPORTED_VERSIONS = (PLUGIN_VERSION, *UPSTREAM_VERSIONS)
-BACKENDS = ("vllm", "sim")
+FILE_BACKENDS = ("vllm", "sim")  # what an experiment file's arm may name
+CPU_BACKEND = "vllm-cpu"  # the real 0.16.0 server on this CPU with a tiny random model (cpu_server/serve.py)
+BACKENDS = (*FILE_BACKENDS, CPU_BACKEND)  # what a run may put its arms on (--backend)
+CPU_SERVE = "cpu_server/serve.py"
+CPU_WHAT = "real vllm-omni 0.16.0 server on CPU (tiny random model: the pipeline is real, the timings are not a GPU's)"
+CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can hold (the default of its runs)
+CPU_STOP_GRACE_S = 30  # cpu_server/serve.py STOP_GRACE_S
+CPU_HEALTH_TIMEOUT_S = 900  # cpu_server/serve.py HEALTH_TIMEOUT_S (venv and model are prepared before block 1)
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
 CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
@@ -251,8 +258,8 @@ def _arm(path: str, name: str, r: _Reader) -> Arm:
     r.only({"label", "backend", "vllm_omni", "base_image", "variant", "stages", "deploy", "server_args", "env",
             "evidence", "sim"})
     backend = r.get("backend", (str,), required=True)
-    if backend not in BACKENDS:
-        r.fail(f"backend {backend!r} is not one of {list(BACKENDS)}")
+    if backend not in FILE_BACKENDS:
+        r.fail(f"backend {backend!r} is not one of {list(FILE_BACKENDS)}")
     label = r.get("label", (str,), default=name)
     env_r = r.sub("env")
     env: list[tuple[str, str]] = []
@@ -453,6 +460,23 @@ def simulated(exp: Experiment) -> Experiment:
     return replace(exp, arms=arms, simulated=True)
 
 
+def on_cpu(exp: Experiment) -> Experiment:
+    """Every vllm-omni 0.16.0 arm moved to the real server on this CPU (cpu_server/serve.py, same variant, scenario
+    CPU_SCENARIO); a sim arm stays, an arm of another release has no CPU server here (ExperimentError). The evidence
+    keeps the plugin's sync signature and drops the log patterns, which name GPU attention backends (FLASH_ATTN)."""
+    arms = {}
+    for name, arm in exp.arms.items():
+        if arm.backend == "sim":
+            arms[name] = arm
+            continue
+        if arm.vllm_omni != PLUGIN_VERSION or arm.variant is None:
+            raise ExperimentError(f"{exp.path}: arms.{name}: vllm-omni {arm.vllm_omni} has no CPU server here "
+                                  f"(BACKEND={CPU_BACKEND} runs {PLUGIN_VERSION} with the plugin)")
+        arms[name] = Arm(name, arm.label, CPU_BACKEND, vllm_omni=PLUGIN_VERSION, variant=arm.variant,
+                         evidence=replace(arm.evidence, log_present=(), log_absent=()), sim=arm.sim)
+    return replace(exp, arms=arms, scenario=CPU_SCENARIO)
+
+
 # ----------------------------------------------------------------------------------------------- commands
 
 
@@ -485,6 +509,9 @@ def images(exp: Experiment, model_revision: str | None = None) -> list[Command]:
     """What must exist before block 1 (outside every ready timeout): each base image pulled, each of our images
     built, the model fetched at the pinned revision. Empty for a simulated experiment."""
     cmds: list[Command] = []
+    if any(a.backend == CPU_BACKEND for a in exp.arms.values()):
+        cmds.append(Command("build the CPU server's venv and tiny model", [sys.executable, CPU_SERVE, "--prepare"],
+                            {}))
     seen: set[str] = set()
     revision = _revision(exp, model_revision)
     first = None
@@ -522,6 +549,11 @@ def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str |
         if port_file:
             argv += ["--port-file", port_file]
         return Launch(arm.name, argv, {}, base + "/health", base, 15.0, simulated=True)
+    if arm.backend == CPU_BACKEND:
+        argv = [sys.executable, CPU_SERVE, "--variant", arm.variant, "--host", HOST, "--port", str(port)]
+        if control_dir:
+            argv += ["--control", str(Path(control_dir) / CONTROL_FILE)]
+        return Launch(arm.name, argv, {}, base + "/health", base, CPU_STOP_GRACE_S + 30.0, simulated=False)
     env = _serve_env(arm, exp.model, _revision(exp, model_revision), port)
     if control_dir:
         if arm.vllm_omni != PLUGIN_VERSION:
@@ -561,11 +593,15 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
         launch = server_launch(exp, arm, port, model_revision=model_revision)
         out.append(f"## arm {arm.name} ({arm.label}): " + (
             f"SIMULATED stand-in for {arm.simulated_from}" if arm.simulated_from else
-            "SIMULATED (ttssim)" if arm.backend == "sim" else
+            "SIMULATED (ttssim)" if arm.backend == "sim" else CPU_WHAT if arm.backend == CPU_BACKEND else
             f"vllm-omni {arm.vllm_omni}, image {arm.image} on {arm.base_image}"))
         out.append(f"# evidence: {_describe(arm.evidence)}")
         if pin_warning(arm):
             out.append(f"# WARNING: {pin_warning(arm)}")
+        if arm.backend == CPU_BACKEND:
+            proc = subprocess.run(launch.argv + ["--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            out.append(proc.stdout.rstrip() or proc.stderr.strip())
+            continue
         if arm.backend == "sim":
             argv = launch.argv + (["--control", f"<run>/starts/<n>/{CONTROL_FILE}"] if hot_swap else [])
             out.append(shlex.join(argv))
@@ -644,6 +680,10 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
                 "simulated_from": arm.simulated_from, "variant": arm.variant,
                 "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
                 "evidence": _describe(arm.evidence)}
+    if arm.backend == CPU_BACKEND:
+        return {"arm": arm.name, "label": arm.label, "backend": CPU_BACKEND, "simulated": False,
+                "vllm_omni": PLUGIN_VERSION, "what": CPU_WHAT, "plugin": f"installed, variant {arm.variant}",
+                "variant": arm.variant, "stages": "cpu_server/qwen3_tts_cpu.yaml", "evidence": _describe(arm.evidence)}
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,

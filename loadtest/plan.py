@@ -192,6 +192,8 @@ def experiment_for(s: dict) -> ex.Experiment:
                      "statistics")
     if s.get("simulate") and not exp.simulated:
         exp = ex.simulated(exp)
+    elif s.get("cpu"):
+        exp = ex.on_cpu(exp)
     arms = {}
     for side, (name, arm) in zip("AB", exp.arms.items(), strict=True):
         if arm.backend == "sim" and arm.sim is not None:
@@ -251,6 +253,8 @@ def ready_timeout(exp: ex.Experiment) -> float:
     and CUDA graphs (images and model are prepared before, outside this)."""
     if any(a.backend == "vllm" for a in exp.arms.values()):
         return float(ex.HEALTH_TIMEOUT_S)
+    if any(a.backend == ex.CPU_BACKEND for a in exp.arms.values()):
+        return float(ex.CPU_HEALTH_TIMEOUT_S)
     from ttssim.config import load_config  # plain YAML; imported here so `import loadtest.ab` stays light
 
     startup = 0.0
@@ -391,10 +395,13 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     shorthand = not a.experiment
     if not shorthand and (a.a is not None or a.b is not None):
         raise SystemExit("error: --a/--b are the mission shorthand; an experiment file names its own arms")
-    if a.backend not in (None, "sim", "vllm"):
-        raise SystemExit(f"error: --backend must be sim or vllm, got {a.backend!r}")
+    if a.backend not in (None, *ex.BACKENDS):
+        raise SystemExit(f"error: --backend must be one of {', '.join(ex.BACKENDS)}, got {a.backend!r}")
+    if a.backend == ex.CPU_BACKEND and a.simulate:
+        raise SystemExit(f"error: --backend {ex.CPU_BACKEND} is a real server; --simulate contradicts it")
     simulate = bool(a.simulate) or a.backend == "sim" or (shorthand and a.backend is None)
     settings = {"experiment": a.experiment, "a": a.a or DEFAULT_VARIANT, "b": a.b or "fixed", "simulate": simulate,
+                "cpu": a.backend == ex.CPU_BACKEND,
                 "sim_config": a.sim_config or (SHORTHAND_SIM_CONFIG if shorthand else None),
                 "sim_set": list(a.sim_set or []), "b_sim_set": list(a.b_sim_set or [])}
     if settings["sim_config"] and not (ROOT / settings["sim_config"]).is_file():
@@ -403,8 +410,9 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         exp = experiment_for(settings)
     except ex.ExperimentError as e:
         raise SystemExit(f"error: {e}") from None
-    if a.backend == "vllm" and exp.simulated:
-        raise SystemExit(f"error: --backend vllm: {exp.path} runs on the simulator only (every arm is a sim arm)")
+    if a.backend in ("vllm", ex.CPU_BACKEND) and exp.simulated:
+        raise SystemExit(f"error: --backend {a.backend}: {exp.path} runs on the simulator only (every arm is a sim "
+                         "arm)")
     arms = arms_of(exp)
     if any(x.backend == "vllm" for x in arms.values()):
         if not (ROOT / ex.SERVE_SH).is_file():
@@ -428,7 +436,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         levels = [int(x) for x in a.levels.split(",")] if a.levels else None
     except ValueError:
         raise SystemExit(f"error: --levels wants comma-separated integers, got {a.levels!r}") from None
-    scen = Path(a.scenario or (SHORTHAND_SCENARIO if shorthand else exp.scenario))
+    scen = Path(a.scenario or (exp.scenario if settings["cpu"] or not shorthand else SHORTHAND_SCENARIO))
     name = a.name or f"ab-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     run = Path(a.out) / name
     if run.exists():
@@ -465,8 +473,9 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     d["aa_positions"] = sorted({w["round"] for w in plan if w["kind"] == "aa"})
     d["level_order"] = "seeded per round" if len(order) == len(sc.steps) else "fixed (repeated concurrencies)"
     d["hot_swap"] = d["name"] in SWAPPED
+    backend = "sim" if exp.simulated else ex.CPU_BACKEND if settings["cpu"] else "vllm"
     settings.update(
-        backend="sim" if exp.simulated else "vllm", design=d["name"], rounds=d["rounds"], aa_rounds=d["aa_rounds"],
+        backend=backend, design=d["name"], rounds=d["rounds"], aa_rounds=d["aa_rounds"],
         scenario=str(scen), phase_overrides=phases, levels_override=levels, scenario_set=a.scenario_set,
         last_drain_s=a.last_drain_s, ready_timeout_s=a.ready_timeout or ready_timeout(exp),
         request_timeout_s=a.request_timeout, micro=a.micro,
@@ -484,7 +493,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "labels": {side: arm.label for side, arm in arms.items()},
         "confounded": exp.confounded,
         "backend": {"name": settings["backend"], "simulated": exp.simulated,
-                    "version": _package_version() if exp.simulated else
+                    "version": _package_version() if exp.simulated else ex.CPU_WHAT if backend == ex.CPU_BACKEND else
                     ", ".join(sorted({f"vllm-omni {x.vllm_omni}" for x in arms.values()})) + " (docker/serve.sh)"},
         "design": d, "seeds": {"order": d["seed"], "scenario": sc.seed, "levels": d["seed"]},
         "scenario": {"path": str(scen), "sha256": sha256(scen), "effective_sha256": sha256(run / "scenario.yaml")},

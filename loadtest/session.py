@@ -44,6 +44,11 @@ FINAL_WAIT_S = 20.0
 # How long the count edge waits for the server to show its control write (it applies it at its next step, ~5-400 ms
 # under load) before the count_start snapshot; at least this, at most the count phase itself.
 CONFIRM_MIN_S = 1.0
+# The first requests of a run: when every one of them failed with the same 4xx status and error, the server refuses
+# what we send (wrong model name, bad body); the run stops with that cause instead of sending thousands more.
+FAIL_FAST_REQUESTS = 8
+FAIL_FAST_EXIT = 3
+MODELS_TIMEOUT_S = 10.0
 
 
 class TTSFailure(Exception):
@@ -61,7 +66,9 @@ def add_options(parser) -> None:
                    help="comma-separated /metrics URLs to scrape (default <host>/metrics; 'none' disables)")
     g.add_argument("--seed", type=int, default=-1, help="prompt sequence seed (default: the scenario's)")
     g.add_argument("--variant", default="", help="variant label written into the records (e.g. original)")
-    g.add_argument("--model", default=MODEL_NAME, help="model name sent in each request")
+    g.add_argument("--model", default="",
+                   help=f"model name sent in each request (default: the one <host>/v1/models serves; {MODEL_NAME} "
+                        "when it serves several including that, or does not answer)")
     g.add_argument("--request", default="base", choices=REQUEST_KINDS,
                    help="request kind (loadtest.prompts.REQUEST_KINDS; an experiment's `request:`)")
     g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
@@ -87,6 +94,45 @@ def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.
         wait_healthy(host, timeout_s, clock=clock, sleep=sleep, check=check)
     except TimeoutError as e:
         raise ValueError(f"server {host} {e}; is it running? (--ready-timeout sets the wait)") from None
+
+
+def served_model(host: str, *, get=None) -> tuple[str, str]:
+    """(model name, why): what <host>/v1/models lists (the suite's MODEL_NAME when listed, else the first), or
+    MODEL_NAME when the endpoint does not answer with a model list. Never raises."""
+    import httpx
+
+    try:
+        resp = (get or httpx.get)(f"{host}/v1/models", timeout=MODELS_TIMEOUT_S)
+        ids = [m["id"] for m in resp.json()["data"] if isinstance(m.get("id"), str)] if resp.status_code == 200 else []
+    except Exception as e:  # noqa: BLE001  (any failure means: no list)
+        return MODEL_NAME, f"{host}/v1/models did not answer ({type(e).__name__}); sending {MODEL_NAME}"
+    if MODEL_NAME in ids:
+        return MODEL_NAME, f"{host}/v1/models serves {MODEL_NAME}"
+    if ids:
+        return ids[0], f"{host}/v1/models serves {', '.join(ids)}; sending {ids[0]}"
+    return MODEL_NAME, f"{host}/v1/models lists no model; sending {MODEL_NAME}"
+
+
+class FailFast:
+    """Watches the first FAIL_FAST_REQUESTS outcomes of a run; `add` returns the cause once all of them failed with
+    the same 4xx status and error, and None otherwise (decided for good at the first that differs)."""
+
+    def __init__(self, n: int = FAIL_FAST_REQUESTS):
+        self.n, self.first, self.count, self.done = n, None, 0, False
+
+    def add(self, ok: bool, status: int | None, error: str | None) -> str | None:
+        if self.done:
+            return None
+        key = (status, error)
+        if ok or status is None or not 400 <= status < 500 or (self.first is not None and key != self.first):
+            self.done = True
+            return None
+        self.first = key
+        self.count += 1
+        if self.count < self.n:
+            return None
+        self.done = True
+        return f"the first {self.n} requests all failed with HTTP {status}: {error}"
 
 
 def utc_stamp() -> str:
@@ -121,6 +167,8 @@ class Session:
         self.finished = False
         self.inflight = 0  # open loop: requests running in this process
         self._flush_sent = False
+        self._fail_fast = FailFast()
+        self.aborted: str | None = None  # why the run stops early (the shape ends at its next tick)
         if role in ("local", "master"):
             self._prepare_run()
 
@@ -165,9 +213,13 @@ class Session:
                 raise ValueError('--control-sim wants a JSON object and --control, e.g. \'{"model.extra_step_pct": 1}\'')
         if o.ready_timeout:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
+        model = o.model
+        if not model:
+            model, why = served_model(host)
+            log.info("model: %s", why)
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
-            "seed": seed, "variant": o.variant or None, "model": o.model, "request": o.request, "host": host, "metrics_urls": targets,
+            "seed": seed, "variant": o.variant or None, "model": model, "request": o.request, "host": host, "metrics_urls": targets,
             "timeout_s": o.request_timeout or scenario.timeout_s, "control": control,
             "control_epoch": o.control_epoch if control else None, "control_sim": control_sim,
         }
@@ -235,7 +287,7 @@ class Session:
             self.set_phase(phase)
             if self.role == "master" and phase is not None:
                 self.env.runner.send_message(MSG_PHASE, {"run": self.run, "phase": phase.to_dict()})
-        if phase is None:
+        if phase is None or self.aborted:
             self.flush_workers()  # headless Locust quits without telling workers to stop first
             return None
         return phase.users, self.scenario.spawn_rate
@@ -292,6 +344,8 @@ class Session:
             self._open_writers()
         for line in data["lines"]:
             self.requests_writer.write_line(line)
+            rec = json.loads(line)
+            self._watch(rec.get("ok"), rec.get("status"), rec.get("error"))
         w["received"] += len(data["lines"])
         w["sent"] = data["sent"]
         w["final"] = w["final"] or data["final"]
@@ -323,7 +377,7 @@ class Session:
         return GeventTransport(host or self.run["host"], timeout_s=self.run["timeout_s"], connections=connections)
 
     def ready(self) -> bool:
-        return self.phase is not None and self._prompts is not None
+        return self.phase is not None and self._prompts is not None and not self.aborted
 
     def one_request(self, transport) -> RequestRecord:
         """Draw the next prompt, run it, record it and report it to Locust. Called from user greenlets."""
@@ -348,8 +402,20 @@ class Session:
         self.requests_writer.write_line(line)
         if self.role == "worker":
             self._pending.append(line)
+        else:
+            self._watch(rec.ok, rec.status, rec.error)
         self._report(rec)
         return rec
+
+    def _watch(self, ok: bool, status: int | None, error: str | None) -> None:
+        """Local/master: stop the run, one line and a non-zero exit, when its first requests all failed alike."""
+        cause = self._fail_fast.add(bool(ok), status, error)
+        if cause is None:
+            return
+        self.aborted = cause
+        print(f"error: {cause} (model {self.run['model']!r}, host {self.run['host']}); stopping", file=sys.stderr,
+              flush=True)
+        self.env.process_exit_code = FAIL_FAST_EXIT
 
     def _report(self, rec: RequestRecord) -> None:
         name = f"{rec.mode} c={rec.concurrency}" if rec.phase == "measure" else f"{rec.mode} ({rec.phase})"

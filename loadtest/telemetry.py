@@ -251,6 +251,8 @@ def describe(nvml: Nvml | None, backend: str) -> dict[str, Any]:
     """What the run's telemetry can and cannot see (the manifest records it)."""
     gpus = len(nvml.handles) if nvml is not None else 0
     process = ("the server's process tree (the simulator)" if backend == "sim" else
+               "the server's process tree (cpu_server/serve.py and the vllm-omni processes it starts)"
+               if backend == "vllm-cpu" else
                "not available: the server runs in a Docker container whose processes the host's /proc tree of "
                "docker/serve.sh does not reach (the samples show the docker client only)")
     return {"schema_of_lines": "records.TelemetrySample", "interval_s": INTERVAL_S,

@@ -41,6 +41,13 @@ def test_parse_accepts_the_documented_format_and_ignores_extra_keys():
         assert parse_control(json.dumps({"variant": v, "observe": True})).variant == v
 
 
+def test_host_delay_is_the_positive_control_default_off():
+    assert parse_control('{"variant": "fixed", "observe": true}').host_delay_us == 0.0
+    s = parse_control('{"variant": "fixed", "observe": true, "host_delay_us": 250, "note": 1}')
+    assert s.host_delay_us == 250.0 and s.extra == {"note": 1}
+    assert s != parse_control('{"variant": "fixed", "observe": true}')  # a change of the delay alone is a change
+
+
 @pytest.mark.parametrize(("text", "reason"), [
     ("", "json"),
     ('{"variant": "fixed", "observe": tru', "json"),
@@ -58,6 +65,10 @@ def test_parse_accepts_the_documented_format_and_ignores_extra_keys():
     ('{"variant": "fixed", "observe": true, "epoch": 1.5}', "epoch"),
     ('{"variant": "fixed", "observe": true, "epoch": true}', "epoch"),
     ('{"variant": "fixed", "observe": true, "epoch": "7"}', "epoch"),
+    ('{"variant": "fixed", "observe": true, "host_delay_us": -1}', "host_delay"),
+    ('{"variant": "fixed", "observe": true, "host_delay_us": 100001}', "host_delay"),
+    ('{"variant": "fixed", "observe": true, "host_delay_us": "50"}', "host_delay"),
+    ('{"variant": "fixed", "observe": true, "host_delay_us": true}', "host_delay"),
 ])
 def test_parse_refuses_with_a_reason(text, reason):
     with pytest.raises(ControlError) as e:

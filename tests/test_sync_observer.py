@@ -39,6 +39,21 @@ def test_signature_by_kind():
     assert _observe("vectorized", [1] * 8, [5] * 8, table).syncs == 0
 
 
+def test_an_upload_on_the_cpu_leaves_the_host_tensor_a_host_tensor():
+    """On a GPU, x.to(device) is a new tensor and x stays on the host; on the CPU .to() returns x itself. Reading x
+    afterwards (vLLM's CPU attention builder reads the host query_start_loc) is no sync; reading the upload is."""
+    obs = SyncObserver("cpu")
+    with obs.observe() as count:
+        host = torch.arange(4, dtype=torch.int32)
+        dev = host.to(device=obs.device)
+        assert int(host[-1]) == 3
+    assert (count.syncs, count.blocking_uploads) == (1, 1), count.events
+    with obs.observe() as count:
+        dev = torch.arange(4, dtype=torch.int32).to(device=obs.device)
+        assert int(dev[-1]) == 3
+    assert (count.syncs, count.reads) == (2, 1), count.events
+
+
 def test_empty_batch_has_no_syncs():
     table = torch.zeros(4, 1, dtype=torch.int32)
     for name in VARIANTS:

@@ -7,7 +7,9 @@ running server between arms without a restart (docs/control.md):
     {"variant": "original" | "fixed" | "vectorized", "observe": true | false, "epoch": 7, ...}
 
 `variant` and `observe` are required; `epoch` (a non-negative integer) is optional and is exported as a metric so
-that the writer can see when its change took effect; any other key is allowed and ignored.
+that the writer can see when its change took effect; `host_delay_us` (optional, 0 to MAX_HOST_DELAY_US) is the
+positive control: a fixed extra host delay per build_attn_metadata call, a known effect that the suite can check its
+power against on any real server; any other key is allowed and ignored.
 
 `ControlFile.poll()` is called by the server at every step boundary. It costs one `os.stat` when nothing changed
 (reports/bench/control.md) and reads and parses the file only when its (mtime, size, inode) signature changed. A
@@ -32,7 +34,9 @@ from .domain import VARIANT_NAMES
 ENV_CONTROL = "TTS_PREDICTOR_CONTROL"
 MAX_BYTES = 64 * 1024  # a control file is a few dozen bytes; anything this large is not one
 # Why a change was refused (the `reason` label of tts_predictor_control_errors_total).
-ERROR_REASONS = ("unreadable", "json", "not_object", "variant", "observe", "epoch")
+ERROR_REASONS = ("unreadable", "json", "not_object", "variant", "observe", "epoch", "host_delay")
+KNOWN_KEYS = ("variant", "observe", "epoch", "host_delay_us")
+MAX_HOST_DELAY_US = 100_000  # 0.1 s per call: far above any effect worth measuring, well below a request timeout
 
 
 class ControlError(ValueError):
@@ -52,6 +56,7 @@ class ControlSetting:
     variant: str
     observe: bool
     epoch: int | None = None
+    host_delay_us: float = 0.0
     extra: dict = field(default_factory=dict, compare=False)
 
 
@@ -80,8 +85,12 @@ def parse_control(data: bytes | str, where: str = "control file") -> ControlSett
     epoch = doc.get("epoch")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
         raise ControlError("epoch", f"{where}: 'epoch' must be a non-negative integer, got {epoch!r}")
-    extra = {k: v for k, v in doc.items() if k not in ("variant", "observe", "epoch")}
-    return ControlSetting(variant=variant, observe=observe, epoch=epoch, extra=extra)
+    delay = doc.get("host_delay_us", 0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_HOST_DELAY_US:
+        raise ControlError("host_delay", f"{where}: 'host_delay_us' must be a number of microseconds from 0 to "
+                                         f"{MAX_HOST_DELAY_US}, got {delay!r}")
+    extra = {k: v for k, v in doc.items() if k not in KNOWN_KEYS}
+    return ControlSetting(variant=variant, observe=observe, epoch=epoch, host_delay_us=float(delay), extra=extra)
 
 
 def read_control(path: str | os.PathLike) -> ControlSetting:

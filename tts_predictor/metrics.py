@@ -19,6 +19,8 @@ OBSERVED_CALLS = "tts_predictor_sync_observed_calls_total"
 OBSERVED_TOKENS = "tts_predictor_sync_observed_tokens_total"
 TOKENS = "tts_predictor_tokens_total"
 REQUESTS = "tts_predictor_batch_requests_total"
+HOST_DELAY = "tts_predictor_host_delay_seconds_total"
+HOST_DELAY_CALLS = "tts_predictor_host_delay_calls_total"
 INFO = "tts_predictor_info"
 ATTENTION_INFO = "tts_predictor_attention_info"
 
@@ -69,6 +71,9 @@ HELP = {
     REQUESTS: "Rows of the batch build_attn_metadata lays out, summed over calls (mean = this / calls): the PADDED "
     "batch on a GPU, where the talker's batch is padded up to a CUDA-graph capture size, so it can exceed the "
     "requests in flight (the real batch: vLLM's vllm:num_requests_running).",
+    HOST_DELAY: "Positive control: host time spent in the control file's fixed extra delay (host_delay_us) inside "
+                "build_attn_metadata.",
+    HOST_DELAY_CALLS: "Positive control: build_attn_metadata calls that carried the control file's extra delay.",
     INFO: "Which predictor variant and backend this process runs; backend='simulated' marks the simulator.",
     ATTENTION_INFO: "1 for each attention backend / metadata builder class that the code predictor's local KV cache "
     "hands its metadata to (the builder's own host reads count in the sync signature: docs/control.md).",
@@ -138,6 +143,8 @@ class PredictorMetrics:
     tokens: object
     requests: object
     info: object
+    host_delay: object
+    host_delay_calls: object
 
 
 def make_predictor_metrics(registry=None) -> PredictorMetrics:
@@ -158,6 +165,8 @@ def make_predictor_metrics(registry=None) -> PredictorMetrics:
         tokens=counter(TOKENS),
         requests=counter(REQUESTS),
         info=Info(INFO.removesuffix("_info"), HELP[INFO], registry=reg),
+        host_delay=counter(HOST_DELAY),
+        host_delay_calls=counter(HOST_DELAY_CALLS),
     )
 
 

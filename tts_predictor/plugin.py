@@ -295,10 +295,11 @@ def is_step_start(num_reqs, query_lens, seq_lens) -> bool:
 class _CacheState:
     """What one _LocalPredictorKVCache runs: the arm and observe switch of its current step, and its step clock."""
 
-    __slots__ = ("variant", "observe", "generation", "clock")
+    __slots__ = ("variant", "observe", "generation", "clock", "delay_s")
 
-    def __init__(self, variant: str, observe: bool, generation: int, clock: StepClock):
+    def __init__(self, variant: str, observe: bool, generation: int, clock: StepClock, delay_s: float = 0.0):
         self.variant, self.observe, self.generation, self.clock = variant, observe, generation, clock
+        self.delay_s = delay_s  # the positive control's extra host delay per call (control file host_delay_us)
 
 
 class _Runtime:
@@ -313,6 +314,7 @@ class _Runtime:
         self._labelled: dict[str, dict] = {}
         self._shared = None
         self._first_call_logged = False
+        self._events_logged: set[str] = set()  # variants whose first observed call's sync events were logged
         self._lock = threading.Lock()
 
     # --- metrics ------------------------------------------------------------------------------------------------
@@ -340,7 +342,8 @@ class _Runtime:
             shared = self.shared()
             if self.channel is not None:
                 s = self.channel.setting
-                st = _CacheState(s.variant, s.observe, self.channel.generation, StepClock(shared["step"]))
+                st = _CacheState(s.variant, s.observe, self.channel.generation, StepClock(shared["step"]),
+                                 s.host_delay_us / 1e6)
             else:
                 st = _CacheState(self.static_variant, True, 0, StepClock(shared["step"]))
             setattr(kv, STATE_ATTR, st)
@@ -357,6 +360,7 @@ class _Runtime:
                 setting, generation = ch.setting, ch.generation
             if st.generation != generation:
                 st.variant, st.observe, st.generation = setting.variant, setting.observe, generation
+                st.delay_s = setting.host_delay_us / 1e6
         st.clock.step_start(now, int(num_reqs), st.variant)
 
     def observer_for(self, kv):
@@ -395,8 +399,15 @@ class _Runtime:
                 t0 = time.perf_counter()
                 out = impl(self, num_reqs=num_reqs, query_lens=query_lens, seq_lens=seq_lens)
                 seconds = time.perf_counter() - t0
+            if st.delay_s > 0:
+                delayed = _spin(st.delay_s)
+                if seconds is not None:
+                    seconds += delayed
             tokens = int(out[1].shape[0])  # positions: one per query token; a shape, no device read
             m = rt.metrics(variant)
+            if st.delay_s > 0:
+                m["host_delay"].inc(delayed)
+                m["host_delay_calls"].inc()
             m["calls"].inc()
             m["tokens"].inc(tokens)
             m["requests"].inc(max(int(num_reqs), 0))
@@ -406,6 +417,10 @@ class _Runtime:
                 m["observed_calls"].inc()
                 m["observed_tokens"].inc(tokens)
                 m["syncs"].inc(count.syncs)
+                if variant not in rt._events_logged:  # what was counted, once per variant and process: the
+                    rt._events_logged.add(variant)  # first thing to read when a signature does not hold
+                    logger.info("tts_predictor: first observed call of variant %r in pid %d: %d syncs over %d "
+                                "tokens (%s)", variant, os.getpid(), count.syncs, tokens, ", ".join(count.events))
             if not rt._first_call_logged:
                 rt._first_call_logged = True
                 logger.info(
@@ -425,6 +440,15 @@ class _Runtime:
             setattr(build_attn_metadata, MARK, CONTROLLED)
         build_attn_metadata.tts_runtime = self
         return build_attn_metadata
+
+
+def _spin(seconds: float) -> float:
+    """Busy-wait (a sleep's wake-up jitter is larger than the delays meant here); returns the time it took."""
+    t0 = time.perf_counter()
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        pass
+    return time.perf_counter() - t0
 
 
 _METRICS = None
@@ -453,6 +477,8 @@ def _labelled_metrics(variant: str, start_variant: str, channel) -> dict:
         "observed_tokens": m.observed_tokens.labels(variant=variant),
         "tokens": m.tokens.labels(variant=variant),
         "requests": m.requests.labels(variant=variant),
+        "host_delay": m.host_delay.labels(variant=variant),
+        "host_delay_calls": m.host_delay_calls.labels(variant=variant),
     }
 
 

@@ -114,6 +114,8 @@ class _LogicalMode(TorchFunctionMode):
             elif not src_dev and dst_dev:
                 if not kwargs.get("non_blocking", False):
                     self._count._add("upload", "to(device)")
+                if out is src:  # .to(device) of a host tensor on the CPU returns the tensor itself: the copy that
+                    out = src.detach()  # a GPU would make is a device alias, so the host tensor stays a host one
                 self._mark(out)
             elif src_dev:
                 self._mark(out)

@@ -109,6 +109,11 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
         line = fid.get("line") or (f"fidelity: {fid['reason']}" if fid.get("reason") else "fidelity: not recorded")
         out.append(("sim", "SIMULATED BACKEND — these numbers come from the ttssim simulator (modelled step times + the "
                            f"real variant code on CPU), not from vllm-omni on a GPU. {line}"))
+    be = summary.get("backend") or {}
+    if isinstance(be, dict) and be.get("name") == "vllm-cpu":
+        out.append(("warn", "REAL vllm-omni 0.16.0 SERVER ON CPU — the serving pipeline is real (API server, stage "
+                            "processes, connector, plugin); the model is a tiny random Qwen3-TTS and attention runs "
+                            "on CPU, so the timings are not a GPU's."))
     conf = (summary.get("experiment") or {}).get("confounded")
     if conf:
         out.append(("confounded", "RELEASE VS RELEASE — everything differs between the arms, not one function: "

@@ -3,6 +3,8 @@
 - BACKEND=sim: `python -m ttssim` (the simulator, this package).
 - BACKEND=vllm: `bash docker/serve.sh [--dry-run]` with VARIANT, PORT, DEVICE, HOST in the environment (the real
   vllm-omni 0.16.0 image; that script belongs to docker/).
+- BACKEND=vllm-cpu: `python cpu_server/serve.py --variant V --port P [--dry-run]`: the real vllm-omni 0.16.0 server on
+  this CPU (AVX-512) with a tiny random model; that script belongs to cpu_server/. Never chosen automatically.
 - no BACKEND: vllm when `docker info` lists an NVIDIA runtime or a container gets the GPU without one
   (`bash docker/serve.sh --probe-gpu`: `docker run --gpus all ... nvidia-smi -L` in a local image), else the simulator.
 DRY_RUN=1 prints the decision and the command; for the simulator it runs nothing, for vllm it passes --dry-run on.
@@ -22,6 +24,7 @@ from tts_predictor.domain import VARIANT_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 SERVE_SH = "docker/serve.sh"
+CPU_SERVE = "cpu_server/serve.py"
 
 
 def nvidia_runtime() -> tuple[bool, str]:
@@ -60,6 +63,32 @@ def probe_gpu(before: str, env: dict | None = None) -> tuple[bool, str]:
     return False, f"{before}; no GPU in a container either ({last})"
 
 
+def _sim(args) -> tuple[list[str], dict]:
+    argv = [sys.executable, "-m", "ttssim", "--variant", args.variant, "--host", args.host, "--port",
+            str(args.port), "--device", args.device]
+    if args.config:
+        argv += ["--config", args.config]
+    return argv, {}
+
+
+def _vllm(args) -> tuple[list[str], dict]:
+    env = {"VARIANT": args.variant, "PORT": str(args.port), "DEVICE": args.device, "HOST": args.host}
+    return ["bash", SERVE_SH] + (["--dry-run"] if args.dry_run else []), env
+
+
+def _vllm_cpu(args) -> tuple[list[str], dict]:
+    argv = [sys.executable, CPU_SERVE, "--variant", args.variant, "--port", str(args.port), "--host", args.host]
+    return argv + (["--dry-run"] if args.dry_run else []), {}
+
+
+# backend -> (what it is, in the banner; the script it needs; how to build its command)
+BACKENDS = {
+    "sim": ("SIMULATED server (ttssim): modelled timings, NOT a real TTS server", None, _sim),
+    "vllm": ("REAL vllm-omni 0.16.0 (Docker, GPU)", SERVE_SH, _vllm),
+    "vllm-cpu": ("REAL vllm-omni 0.16.0 on CPU, tiny random model (cpu_server/serve.py)", CPU_SERVE, _vllm_cpu),
+}
+
+
 def build(args) -> tuple[str, list[str], dict, str]:
     """(backend, argv, env, reason)."""
     if args.backend:
@@ -67,16 +96,8 @@ def build(args) -> tuple[str, list[str], dict, str]:
     else:
         has_gpu, why = nvidia_runtime()
         backend, reason = ("vllm" if has_gpu else "sim"), why
-    env = dict(os.environ)
-    if backend == "vllm":
-        env.update(VARIANT=args.variant, PORT=str(args.port), DEVICE=args.device, HOST=args.host)
-        argv = ["bash", SERVE_SH] + (["--dry-run"] if args.dry_run else [])
-    else:
-        argv = [sys.executable, "-m", "ttssim", "--variant", args.variant, "--host", args.host, "--port",
-                str(args.port), "--device", args.device]
-        if args.config:
-            argv += ["--config", args.config]
-    return backend, argv, env, reason
+    argv, extra = BACKENDS[backend][2](args)
+    return backend, argv, {**os.environ, **extra}, reason
 
 
 def main(argv=None) -> int:
@@ -86,17 +107,16 @@ def main(argv=None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--device", default="cpu")
     p.add_argument("--config", default=None, help="simulator config (ignored by BACKEND=vllm)")
-    p.add_argument("--backend", choices=["sim", "vllm"], default=None)
+    p.add_argument("--backend", choices=list(BACKENDS), default=None)
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     backend, cmd, env, reason = build(args)
-    what = ("REAL vllm-omni 0.16.0 (Docker, GPU)" if backend == "vllm"
-            else "SIMULATED server (ttssim): modelled timings, NOT a real TTS server")
+    what, script, _ = BACKENDS[backend]
     bar = "=" * 96
     print(f"{bar}\n== make serve: BACKEND={backend} -> {what}\n== because {reason}\n== {' '.join(cmd)}\n{bar}",
           flush=True)
-    if backend == "vllm" and not (REPO / SERVE_SH).is_file():
-        print(f"make serve: {SERVE_SH} is missing: the Docker backend is not set up in this checkout", file=sys.stderr)
+    if script and not (REPO / script).is_file():
+        print(f"make serve: {script} is missing: the {backend} backend is not set up in this checkout", file=sys.stderr)
         return 2
     if backend == "sim" and args.dry_run:
         print("DRY_RUN: not starting the simulator")

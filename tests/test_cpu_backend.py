@@ -1,0 +1,99 @@
+"""BACKEND=vllm-cpu without starting it: make serve's dispatch and dry run, the AVX-512 refusal, the experiment's
+arms moved to the CPU server, its launch command and what the manifest and report say about it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from loadtest import experiment as ex
+from loadtest.plan import experiment_for, hot_swap_problem, ready_timeout
+
+sys.path.insert(0, str(ROOT / "cpu_server" / "plugin"))
+import tts_omni_cpu  # noqa: E402  (stdlib only at import)
+
+
+def test_missing_flags_names_what_the_wheels_need(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags : fpu sse avx2 avx512f avx512bw\n")
+    assert tts_omni_cpu.missing_flags(tts_omni_cpu.cpu_flags(str(info))) == ["avx512vl", "avx512dq"]
+    assert tts_omni_cpu.cpu_flags(str(tmp_path / "none")) == set()
+
+
+def test_entry_points_return_nothing_without_avx512(monkeypatch):
+    monkeypatch.setattr(tts_omni_cpu, "cpu_flags", lambda *a: {"avx2"})
+    assert tts_omni_cpu.vllm_platform() is None and tts_omni_cpu.omni_platform() is None
+    monkeypatch.setattr(tts_omni_cpu, "cpu_flags", lambda *a: set(tts_omni_cpu.REQUIRED_FLAGS))
+    assert tts_omni_cpu.vllm_platform() == "vllm.platforms.cpu.CpuPlatform"
+    assert tts_omni_cpu.omni_platform() == "tts_omni_cpu.platform.CpuOmniPlatform"
+
+
+def test_mission_on_cpu_keeps_variants_and_evidence():
+    exp = ex.on_cpu(ex.mission("original", "fixed"))
+    a, b = exp.arms.values()
+    assert {a.backend, b.backend} == {ex.CPU_BACKEND} and (a.variant, b.variant) == ("original", "fixed")
+    assert b.evidence.sync_signature == "fixed" and not exp.simulated
+    assert not b.evidence.log_present and not b.evidence.log_absent  # GPU attention backend names
+    assert exp.scenario == ex.CPU_SCENARIO
+    assert hot_swap_problem(a, b) is None and ready_timeout(exp) == ex.CPU_HEALTH_TIMEOUT_S
+
+
+def test_on_cpu_refuses_a_release_without_the_plugin():
+    exp = ex.mission("original", "fixed")
+    arm = exp.arms["B"]
+    bad = ex.replace(exp, arms={**exp.arms, "B": ex.replace(arm, vllm_omni="0.30.0", variant=None)})
+    with pytest.raises(ex.ExperimentError, match="0.30.0 has no CPU server"):
+        ex.on_cpu(bad)
+
+
+def test_cpu_launch_is_serve_py_with_the_control_file():
+    exp = ex.on_cpu(ex.mission("original", "fixed"))
+    launch = ex.server_launch(exp, exp.arms["B"], 18000, control_dir="/tmp/ctl")
+    assert launch.argv[1:] == [ex.CPU_SERVE, "--variant", "fixed", "--host", "127.0.0.1", "--port", "18000",
+                               "--control", "/tmp/ctl/control.json"]
+    assert not launch.simulated and launch.stop_timeout_s > ex.CPU_STOP_GRACE_S
+    man = ex.arm_manifest(exp.arms["B"])
+    assert man["backend"] == ex.CPU_BACKEND and man["simulated"] is False and "real vllm-omni 0.16.0" in man["what"]
+    assert [c.argv[1:] for c in ex.images(exp)] == [[ex.CPU_SERVE, "--prepare"]]
+
+
+def test_run_settings_put_the_arms_on_the_cpu():
+    exp = experiment_for({"a": "original", "b": "fixed", "cpu": True})
+    assert {a.backend for a in exp.arms.values()} == {ex.CPU_BACKEND}
+
+
+def test_report_banner_names_the_cpu_server():
+    from ttsreport.report import banners
+
+    summary = {"simulated": False, "backend": {"name": ex.CPU_BACKEND}, "partial": False, "invalid_blocks": []}
+    texts = [t for _, t in banners(summary, {"settings": {}})]
+    assert any(t.startswith("REAL vllm-omni 0.16.0 SERVER ON CPU") for t in texts)
+    assert not any("SIMULATED" in t for t in texts)
+
+
+@pytest.mark.slow
+def test_make_serve_dry_run_prints_every_command():
+    out = subprocess.run([sys.executable, "-m", "ttssim.launch", "--variant", "fixed", "--backend", "vllm-cpu",
+                          "--port", "18123", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "BACKEND=vllm-cpu -> REAL vllm-omni 0.16.0 on CPU" in out.stdout
+    assert "REAL vllm-omni 0.16.0 on CPU, tiny random model: the pipeline is real, the timings are not a GPU's" \
+        in out.stdout
+    for needle in ("cpu_server/venv.sh", "-m tts_omni_cpu.tiny_model", "TTS_PREDICTOR_VARIANT=fixed",
+                   "PROMETHEUS_MULTIPROC_DIR=", "bin/vllm-omni serve", "--omni --stage-configs-path",
+                   "cpu_server/qwen3_tts_cpu.yaml", "--port 18123", "--served-model-name"):
+        assert needle in out.stdout, needle
+
+
+@pytest.mark.slow
+def test_serve_refuses_in_one_line_without_avx512(tmp_path):
+    code = ("import sys, runpy; sys.argv=['serve.py','--variant','fixed']; sys.path.insert(0,'cpu_server/plugin');"
+            "import tts_omni_cpu; tts_omni_cpu.cpu_flags=lambda *a: {'avx2'};"
+            "runpy.run_path('cpu_server/serve.py', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "lacks avx512f" in lines[0] and "BACKEND=sim" in lines[0]
