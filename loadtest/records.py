@@ -21,7 +21,7 @@ from typing import Any
 from tts_predictor import metrics as pm
 
 # --- schema ids: the one place each is spelled ------------------------------------------------------------------
-# Version 2 (issues 12-15): count phases with the sync observer on and timing windows with it off, streaming
+# Version 2: count phases with the sync observer on and timing windows with it off, streaming
 # continuity per request, blocks that are windows inside a server start (hot swap), per-start records, telemetry.
 # Readers accept version 1 files too (LEGACY): a missing field reads as None and a run without count phases is
 # judged the version-1 way (its manipulation check uses the measure windows), so old runs still load.

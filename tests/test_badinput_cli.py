@@ -1,4 +1,4 @@
-"""Bad configuration and input at every entry point (issue 7 part 3): one clear error line, a non-zero exit, no
+"""Bad configuration and input at every entry point: one clear error line, a non-zero exit, no
 traceback, and nothing half-written (no run folder, no records)."""
 
 from __future__ import annotations

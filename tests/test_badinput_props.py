@@ -1,4 +1,4 @@
-"""Property-based tests of the validators (issue 7 part 3): whatever a scenario file or a request body holds, the
+"""Property-based tests of the validators: whatever a scenario file or a request body holds, the
 validator either accepts something that satisfies the invariants or refuses it with its own error type; it never
 crashes with another exception (which would be a traceback instead of one clear line or a 400)."""
 

@@ -1,4 +1,4 @@
-"""The A/B runner and the report through the simulator's faults (issue 7 part 1, record contract version 2).
+"""The A/B runner and the report through the simulator's faults (record contract version 2).
 
 One A/B round (two windows, one fresh server start each: design fresh); the fault is switched on for arm B only
 (--b-sim-set), so each run shows both sides. Infrastructure faults (the server dies, never gets ready) make B's window

@@ -1,4 +1,4 @@
-"""Locust headless through every fault class of the simulator (issue 7 part 1).
+"""Locust headless through every fault class of the simulator.
 
 Each test runs the real locustfile against a real simulator process with one fault switched on and shows that
 failures become records with their reason, that waits are bounded by the configured timeouts, that the run ends by

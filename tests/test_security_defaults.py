@@ -1,4 +1,4 @@
-"""Security defaults (issue 7 part 4): loopback-only listeners, no default passwords, no token in any output,
+"""Security defaults: loopback-only listeners, no default passwords, no token in any output,
 non-root containers, ref_audio SSRF refused, bounded bodies."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fault injection options of the simulator (issue 7 part 1), each against a real server process.
+"""Fault injection options of the simulator, each against a real server process.
 
 These tests show that each fault happens as configured and is visible to a client; how the load generator and the
 A/B runner survive them is tested with those components.

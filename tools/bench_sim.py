@@ -1,4 +1,4 @@
-"""Benchmark of the simulator against its own model (issue 3 targets): `python -m tools.bench_sim [--quick]`.
+"""Benchmark of the simulator against its own model: `python -m tools.bench_sim [--quick]`.
 
 For each concurrency level it starts c streaming Base requests at once against a fresh simulator process, then
 compares, from /metrics deltas, the measured total step time with the model's prediction from the same counters

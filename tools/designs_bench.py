@@ -39,9 +39,9 @@ from ttsreport.blocks import METRICS, PRIMARY_METRIC
 from . import calibrate as cal
 
 DESIGNS = ("fresh", "swap", "nested")
-BUDGET_S = 1200.0  # issue 13: 20 minutes of wall clock per experiment, start-ups counted
-PROJECTED_STARTUP_S = 120.0  # issue 13: the start-up cost of the projection
-EFFECT_PCT = 1.0  # issue 13: a 1 % throughput difference to detect (B slower: ratio 1/1.01)
+BUDGET_S = 1200.0  # the designs question: 20 minutes of wall clock per experiment, start-ups counted
+PROJECTED_STARTUP_S = 120.0  # the designs question: the start-up cost of the projection
+EFFECT_PCT = 1.0  # the designs question: a 1 % throughput difference to detect (B slower: ratio 1/1.01)
 TRIALS = 2000
 CONFIDENCE = 0.95
 MARGIN_PCT = 1.0

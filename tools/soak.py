@@ -1,4 +1,4 @@
-"""Soak (issue 7): the simulator under N streaming users for a long time; no error, bounded memory, monotonic counters.
+"""Soak: the simulator under N streaming users for a long time; no error, bounded memory, monotonic counters.
 
     python -m tools.soak [--users 256] [--duration-s 600] [--out reports/bench/soak.md]
 

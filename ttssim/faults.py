@@ -1,4 +1,4 @@
-"""Fault injection (issue 7): deterministic, counter-based triggers so a test knows exactly which request fails.
+"""Fault injection: deterministic, counter-based triggers so a test knows exactly which request fails.
 
 Speech requests are numbered 1, 2, ... in arrival order (after validation). Kinds:
 - kill_after_steps N: the engine SIGKILLs its own process in the middle of step N (ttssim.engine).
