@@ -143,10 +143,9 @@ def test_counters_moved_and_syncs_show_the_variant(runs, variant):
     assert m["seconds_count"] == 0  # observed calls are kept out of the time histogram
     others = [v for v in VARIANTS if v != variant]
     assert all(data["metrics"][o]["calls"] == 0 for o in others)  # nothing counted under another label
-    # per call, logical observer on the CPU: the design's T+4 / 5 / 0 plus, for original and fixed, one read that
-    # only exists here: on the CPU `qsl.to(device)` returns the same tensor, so vLLM's attn_utils
-    # `int(query_start_loc_cpu.max())` reads a tensor the observer has seen "uploaded"; on a GPU that tensor is
-    # the host copy and the read costs nothing.
+    # per call, logical observer on the CPU: the design's T+4 / 5 / 0. On the CPU `qsl.to(device)` returns the same
+    # tensor; the observer hands out a separate alias for the "uploaded" copy, so vLLM's attn_utils reading the host
+    # `query_start_loc_cpu` is not counted as a device read (as on a GPU, where that tensor is the host copy).
     for c, s in zip(ok_calls, [s for s in data["per_call_syncs"] if s["tokens"] is not None], strict=True):
         t = sum(c["query_lens"])
         if t == 0:
@@ -155,7 +154,7 @@ def test_counters_moved_and_syncs_show_the_variant(runs, variant):
 
 
 def _want_syncs(variant: str, tokens: int) -> int:
-    return {"original": tokens + 4 + 1, "fixed": 5 + 1, "vectorized": 0}[variant]
+    return {"original": tokens + 4, "fixed": 5, "vectorized": 0}[variant]
 
 
 def _mp_values(mp, monkeypatch) -> dict:
@@ -193,7 +192,7 @@ def test_default_sampling_times_unobserved_calls(tmp_path):
     m = data["metrics"]["fixed"]
     assert m["observed_calls"] == m["calls"] // 32  # every 32nd call observed
     assert m["seconds_count"] == m["calls"] - m["observed_calls"]
-    assert m["syncs"] == 6 * m["observed_calls"]
+    assert m["syncs"] == 5 * m["observed_calls"]
 
 
 @pytest.mark.parametrize(
