@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from loadtest.experiment import SIM_READY_S
 from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec
 
 REPO = ROOT
@@ -25,7 +26,7 @@ class SimServer:
     """
 
     def __init__(self, variant: str, *, config: str | os.PathLike | None = "configs/sim/fast.yaml",
-                 overrides: list[str] = (), device: str = "cpu", wait_s: float = 60.0, wait_port: bool = True):
+                 overrides: list[str] = (), device: str = "cpu", wait_s: float = SIM_READY_S, wait_port: bool = True):
         self.variant, self.config, self.overrides, self.device = variant, config, list(overrides), device
         self.wait_s, self.wait_port = wait_s, wait_port
         self._dir = tempfile.TemporaryDirectory(prefix="ttssim-")
