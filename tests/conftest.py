@@ -179,3 +179,33 @@ def make_run(run: Path, *, rounds=5, aa_rounds=1, slow_b=0.0, noise=0.01, seed=1
         "schema": records.AB_SCHEMA, "run_id": run.name, "variants": {"A": a, "B": b},
         "backend": {"name": "sim" if simulated else "vllm"}, "plan": plan, "status": status, "seeds": {"order": seed}}))
     return run
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses in LISTEN state on `port`, from /proc/net/tcp{,6} (hex: 0100007F = 127.0.0.1)."""
+    found = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = open(f"/proc/net/{name}").read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                found.add(addr)
+    return found
+
+
+@pytest.fixture
+def new_run(tmp_path, monkeypatch):
+    """plan.new_run as `make ab` calls it (no git/docker/nvidia-smi probes), on the fast simulator profile."""
+    from loadtest import ab, plan
+
+    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+
+    def make(*args):
+        a = ab.parse_args(["--out", str(tmp_path), "--name", f"r{len(list(tmp_path.iterdir()))}", "--sim-config",
+                           "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--seed", "5", *args])
+        return plan.new_run(a)
+    return make

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT
+from conftest import ROOT, listening_addresses
 
 from loadtest import ab, plan, records, runner
 from loadtest.scenario import load_scenario
@@ -332,19 +332,6 @@ def test_the_served_page_refreshes_itself_in_chromium(tmp_path, monkeypatch):
     assert rows == rows_after == 2 and state == "A/B true"
 
 
-def _listening_addresses(port: int) -> set[str]:
-    """The local addresses a TCP socket listens on at `port`, from /proc/net/tcp{,6} (state 0A)."""
-    out = set()
-    for name in ("tcp", "tcp6"):
-        path = Path("/proc/net") / name
-        for line in path.read_text().splitlines()[1:] if path.exists() else []:
-            local, state = line.split()[1], line.split()[3]
-            addr, p = local.split(":")
-            if state == "0A" and int(p, 16) == port:
-                out.add(addr)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
@@ -359,7 +346,7 @@ def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
         line = server.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         assert url, line
-        assert _listening_addresses(int(url.group(1))) == {"0100007F"}  # 127.0.0.1, nothing else
+        assert listening_addresses(int(url.group(1))) == {"0100007F"}  # 127.0.0.1, nothing else
         assert "<tr data-kind" not in httpx.get(url.group(0), timeout=10).text
         ab_run = subprocess.Popen(
             [sys.executable, "-m", "loadtest.ab", "--a", "original", "--b", "fixed", "--design", "swap",

@@ -28,19 +28,6 @@ from ttsreport import prediction
 from ttsreport.analysis import sequential_of, summarize, write_statistics
 from ttsreport.looks import look
 
-
-@pytest.fixture
-def new_run(tmp_path, monkeypatch):
-    """plan.new_run as `make ab` calls it (no git/docker/nvidia-smi probes)."""
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
-
-    def make(*args):
-        a = ab.parse_args(["--out", str(tmp_path), "--name", f"r{len(list(tmp_path.iterdir()))}", "--sim-config",
-                           "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--seed", "5", *args])
-        return plan.new_run(a)
-    return make
-
-
 # ----------------------------------------------------------------------------------------------- one home
 
 

@@ -17,13 +17,9 @@ from tts_predictor import metrics as m
 
 
 @pytest.fixture
-def make_runner(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
-
+def make_runner(new_run):
     def make(*args):
-        a = ab.parse_args(["--out", str(tmp_path), "--name", f"r{len(list(tmp_path.iterdir()))}", "--sim-config",
-                           "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--seed", "5", *args])
-        run, manifest = plan.new_run(a)
+        run, manifest = new_run(*args)
         return runner.Runner(run, manifest, progress=lambda line: None)
     return make
 

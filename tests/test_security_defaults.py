@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
-from conftest import ROOT, WatchedRun, tree_text, write_scenario
+from conftest import ROOT, WatchedRun, listening_addresses, tree_text, write_scenario
 
 from tools.sim_server import SimServer
 from tts_predictor.domain import SAMPLE_RATE_HZ
@@ -27,20 +27,6 @@ FAKE_TOKEN = "hf_FAKEtokenDoNotLeak9f8e7d6c5b4a"  # not a real credential: the t
 FAKE_SECRET = "s3cr3t-VALUE-4b8e0c"
 
 
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses in LISTEN state on `port`, from /proc/net/tcp{,6} (hex: 0100007F = 127.0.0.1)."""
-    found = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = open(f"/proc/net/{name}").read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            local, state = line.split()[1], line.split()[3]
-            addr, p = local.split(":")
-            if state == "0A" and int(p, 16) == port:
-                found.add(addr)
-    return found
 
 
 # --- loopback by default ----------------------------------------------------------------------------------------
