@@ -12,7 +12,8 @@ The A/B runner calls (the module has no other side effects):
   server_launch(arm, port, ...) -> Launch          argv + env of one block's server, its health URL and stop budget
   check_evidence(arm, server_log_text, metrics_rows) -> (ok, reason)   the arm's manipulation check (pure)
   arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none, its
-                                                   base image digest or a tag-only warning)
+                                                   base image digest or a tag-only warning, its length control)
+  length_control(arm) -> dict / length_warning(arms) -> str | None   what sets each request's audio length per arm
 All docker commands are written in docker/serve.sh alone; an arm only chooses its environment and arguments.
 """
 
@@ -48,6 +49,7 @@ CPU_BACKEND = "vllm-cpu"  # the real 0.16.0 server on this CPU with a tiny rando
 BACKENDS = (*FILE_BACKENDS, CPU_BACKEND)  # what a run may put its arms on (--backend)
 CPU_SERVE = "cpu_server/serve.py"
 CPU_WHAT = "real vllm-omni 0.16.0 server on CPU (tiny random model: the pipeline is real, the timings are not a GPU's)"
+CPU_STAGES = "cpu_server/qwen3_tts_cpu.yaml"  # the CPU server's 0.16.0 stage file (cpu_server/serve.py)
 CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can hold (the default of its runs)
 CPU_STOP_GRACE_S = 30  # cpu_server/serve.py STOP_GRACE_S
 CPU_HEALTH_TIMEOUT_S = 900  # cpu_server/serve.py HEALTH_TIMEOUT_S (venv and model are prepared before block 1)
@@ -56,7 +58,7 @@ STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_G
 CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
 HEALTH_TIMEOUT_S = 1200  # first start of a block: model load + torch.compile + CUDA graphs (image and model are ready)
 SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
-_REVISION = re.compile(r"[0-9a-f]{40}")
+REVISION_PATTERN = re.compile(r"[0-9a-f]{40}")  # a full commit: what MODEL_REVISION must be
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+(@sha256:[0-9a-f]{64})?")
 _DEPLOY = re.compile(r"[A-Za-z0-9_.-]+\.yaml")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -391,7 +393,7 @@ def load_experiment(path: str | Path) -> Experiment:
         m.only({"name", "revision"})
         model = m.get("name", (str,), default=MODEL_NAME)
         revision = m.get("revision", (str,))
-        if revision is not None and not _REVISION.fullmatch(revision):
+        if revision is not None and not REVISION_PATTERN.fullmatch(revision):
             raise ExperimentError(f"{p}: model.revision: want the 40-hex commit of {model}, got {revision!r}")
     from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
 
@@ -574,6 +576,8 @@ def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None
         out.append("# SIMULATED: every arm runs on ttssim (modelled timings), NOT on vllm-omni")
     if exp.confounded:
         out.append(f"# CONFOUNDED: {exp.confounded}")
+    if length_warning(exp.arms):
+        out.append(f"# WARNING: {length_warning(exp.arms)}")
     prep = images(exp, model_revision)
     if prep:
         out.append("## before block 1 (untimed): images and model")
@@ -679,11 +683,12 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
         return {"arm": arm.name, "label": arm.label, "backend": "sim", "simulated": True,
                 "simulated_from": arm.simulated_from, "variant": arm.variant,
                 "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
-                "evidence": _describe(arm.evidence)}
+                "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
     if arm.backend == CPU_BACKEND:
         return {"arm": arm.name, "label": arm.label, "backend": CPU_BACKEND, "simulated": False,
                 "vllm_omni": PLUGIN_VERSION, "what": CPU_WHAT, "plugin": f"installed, variant {arm.variant}",
-                "variant": arm.variant, "stages": "cpu_server/qwen3_tts_cpu.yaml", "evidence": _describe(arm.evidence)}
+                "variant": arm.variant, "stages": CPU_STAGES, "length_control": length_control(arm),
+                "evidence": _describe(arm.evidence)}
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
@@ -693,7 +698,67 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
             "plugin_source_check": "skipped" if dict(arm.env).get(ENV_SKIP_SOURCE_CHECK) == "1" else "on",
             "stages": arm.stages,
             "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
-            "evidence": _describe(arm.evidence)}
+            "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
+
+
+# ----------------------------------------------------------------------------------------------- output length
+
+# What sets the length of a request's audio, per release. 0.16.0 builds the talker's sampling params from the stage
+# file and never passes the request's max_new_tokens to it (its speech route validates the field, then the talker
+# runs to the stage's max_tokens or the codec end id); 0.30.0 honours the request's max_new_tokens; 0.32.0rc1 does and
+# also caps a runaway output. Requests of this suite send no max_new_tokens (loadtest.prompts.speech_payload).
+STAGE_LENGTH = "stage max_tokens"
+REQUEST_LENGTH = "request max_new_tokens"
+RELEASE_LENGTH = {PLUGIN_VERSION: (STAGE_LENGTH, None), "0.30.0": (REQUEST_LENGTH, None),
+                  "0.32.0rc1": (REQUEST_LENGTH, "Base: at most 12 codec frames per text token, at least 192")}
+REQUEST_MAX_NEW_TOKENS = None  # what every request sends: nothing, so the release's (or the simulator's) default
+
+
+def _talker_max_tokens(stage_file: Path) -> int | None:
+    """The talker stage's (stage_id 0) default_sampling_params.max_tokens of a 0.16.0 stage file, None if absent."""
+    data = yaml.safe_load(stage_file.read_text(encoding="utf-8")) or {}
+    for st in data.get("stage_args") or []:
+        if isinstance(st, dict) and st.get("stage_id") == 0:
+            v = (st.get("default_sampling_params") or {}).get("max_tokens")
+            return v if isinstance(v, int) else None
+    return None
+
+
+def length_control(arm: Arm) -> dict[str, Any]:
+    """The length control this arm's release honours: `honours` (STAGE_LENGTH | REQUEST_LENGTH), `max_frames` (the
+    codec frames every request may run to, None: the release's own default), `source` (where the number comes from),
+    `cap` (a release's own limit on runaway outputs, or None) and `text` (the three in words)."""
+    if arm.backend == "sim":
+        from ttssim.config import load_config
+
+        cfg = load_config(ROOT / arm.sim.config if arm.sim and arm.sim.config else None,
+                          list(arm.sim.set) if arm.sim else [])
+        lc = {"honours": REQUEST_LENGTH, "max_frames": REQUEST_MAX_NEW_TOKENS or cfg.audio.default_max_new_tokens,
+              "source": "the simulator's audio.default_max_new_tokens (requests send none)", "cap": None}
+    elif arm.backend == CPU_BACKEND or arm.vllm_omni == PLUGIN_VERSION:
+        stages = CPU_STAGES if arm.backend == CPU_BACKEND else f"configs/stages/{arm.stages}"
+        lc = {"honours": STAGE_LENGTH, "max_frames": _talker_max_tokens(ROOT / stages),
+              "source": f"{stages}: talker (stage 0) default_sampling_params.max_tokens", "cap": None}
+    else:
+        honours, cap = RELEASE_LENGTH[arm.vllm_omni]
+        lc = {"honours": honours, "max_frames": REQUEST_MAX_NEW_TOKENS,
+              "source": f"vllm-omni {arm.vllm_omni}: the request's max_new_tokens (requests send none: the "
+                        "release's default)", "cap": cap}
+    n = "its default" if lc["max_frames"] is None else f"{lc['max_frames']} frames"
+    return {**lc, "text": f"{lc['honours']} ({n}{', capped ' + lc['cap'] if lc['cap'] else ''})"}
+
+
+def length_warning(arms: dict[str, Arm]) -> str | None:
+    """A warning when the arms' length controls differ: audio per request can then differ for reasons that are not
+    speed (the report compares audio seconds per prompt between the arms)."""
+    controls = {name: length_control(arm) for name, arm in arms.items()}
+    keys = {(c["honours"], c["max_frames"], c["cap"]) for c in controls.values()}
+    if len(keys) <= 1:
+        return None
+    return ("the arms set audio length differently (" + "; ".join(f"{n}: {c['text']}" for n, c in
+                                                                   controls.items())
+            + "): audio per request can differ for reasons that are not speed; the report compares audio seconds "
+              "per prompt between the arms")
 
 
 # ----------------------------------------------------------------------------------------------- evidence

@@ -492,6 +492,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "variants": {side: arm.variant for side, arm in arms.items()},
         "labels": {side: arm.label for side, arm in arms.items()},
         "confounded": exp.confounded,
+        "length_warning": ex.length_warning(arms),
         "backend": {"name": settings["backend"], "simulated": exp.simulated,
                     "version": _package_version() if exp.simulated else ex.CPU_WHAT if backend == ex.CPU_BACKEND else
                     ", ".join(sorted({f"vllm-omni {x.vllm_omni}" for x in arms.values()})) + " (docker/serve.sh)"},
@@ -524,6 +525,8 @@ def describe(manifest: dict) -> str:
              f"({len(plan)} windows in {len(starts)} server start{'s' if len(starts) != 1 else ''}"
              + (f", {d['window_pairs']} pairs per start" if d["name"] == "nested" else "")
              + (f", settle {d['settle_s']:g} s after a switch" if d["name"] in SWAPPED else "") + f"), seed {d['seed']}"]
+    if manifest.get("length_warning"):
+        lines.append(f"WARNING: {manifest['length_warning']}")
     s = rs.sequential_of(manifest)
     if s:
         lines.append(f"sequential: until decided, {s['min_rounds']}..{s['max_rounds']} A/B rounds"

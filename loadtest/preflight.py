@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loadtest import engine_log
+from loadtest import engine_log, hub
 from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, Outcome, run_request
 from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
@@ -432,13 +432,71 @@ def _prep_line(c: ex.Command) -> str:
         shlex.join(c.argv)
 
 
-def prepare(rep: Report, shell: Shell, exp: ex.Experiment) -> None:
-    """--prepare: pull, build and fetch (loadtest.experiment.images), each a check. The server starts that follow
-    warm each image's compile cache (docker/serve.sh COMPILE_CACHE), so a run's first start is not a cold one."""
-    shell.print_line("# PREPARE: pull, build, fetch; the server start(s) below then warm the compile cache")
-    for c in ex.images(exp):
-        rc, out, err = shell.run(c.argv, 3600, c.env)
+def resolve_revision(rep: Report, shell: Shell, exp: ex.Experiment) -> dict:
+    """--prepare's first step: the commit the model's main branch points at now (loadtest.hub), recorded as the check
+    `prepare.model_revision` and returned for preflight.json; prints the MODEL_REVISION=<sha> line to pin. A lookup
+    that fails FAILs only when nothing is pinned (a pinned commit stands without the hub)."""
+    pinned = model_revision(exp)
+    url = hub.revision_url(exp.model)
+    out = {"model": exp.model, "ref": "main", "url": url, "pinned": pinned, "resolved": None, "error": None}
+    if shell.dry_run:
+        shell.print_line(f"$ GET {url}  (timeout {hub.TIMEOUT_S:g} s; base URL from {hub.ENDPOINT_ENV})")
+        rep.add("prepare.model_revision", "skip", f"dry run: would resolve {exp.model}@main and print "
+                "MODEL_REVISION=<sha> to pin")
+        return out
+    r = hub.resolve(exp.model)
+    out.update(resolved=r.sha, error=r.error)
+    if r.sha is None:
+        if pinned:
+            rep.add("prepare.model_revision", "skip", f"{r.error} (the pinned {pinned} stands)")
+        else:
+            rep.add("prepare.model_revision", "fail", r.error)
+        return out
+    if pinned and pinned != r.sha:
+        rep.add("prepare.model_revision", "pass", f"{exp.model}@main is {r.sha}",
+                warning=f"MODEL_REVISION={pinned} is pinned, main has moved on to {r.sha}: keep the pin for runs "
+                        "that must compare with earlier ones, or pin the new commit")
+    else:
+        rep.add("prepare.model_revision", "pass", f"{exp.model}@main is {r.sha}"
+                + (" (= MODEL_REVISION)" if pinned else ""))
+    if not pinned:
+        shell.print_line(f"# pin it: export MODEL_REVISION={r.sha}   (or model.revision: {r.sha} in "
+                         f"{_rel(exp.path)}), then rerun")
+    return out
+
+
+def prepare(rep: Report, shell: Shell, exp: ex.Experiment) -> dict:
+    """--prepare: resolve the model's commit, then pull, build and fetch (loadtest.experiment.images), each a check
+    with a progress line before ("prepare [i/n] <what> ...") and its elapsed time after. The server starts that
+    follow warm each image's compile cache (docker/serve.sh COMPILE_CACHE), so a run's first start is not a cold one.
+    Returns what resolve_revision found (preflight.json's `model_revision`)."""
+    shell.print_line("# PREPARE: resolve the model's commit, pull, build, fetch; the server start(s) below then warm "
+                     "the compile cache")
+    cmds = ex.images(exp)
+    n = 1 + len(cmds)
+
+    def step(i: int, what: str, t0: float | None = None, ok: bool = True) -> None:
+        if t0 is None:
+            shell.print_line(f"prepare [{i}/{n}] {what} ...")
+        elif not shell.dry_run:
+            shell.print_line(f"prepare [{i}/{n}] {what}: {'done' if ok else 'FAILED'} in "
+                             f"{time.monotonic() - t0:.1f} s")
+
+    step(1, f"resolve {exp.model}@main through the hub API")
+    t0 = time.monotonic()
+    found = resolve_revision(rep, shell, exp)
+    step(1, "resolve", t0, ok=found["resolved"] is not None)
+    for i, c in enumerate(cmds, start=2):
         name = "prepare." + re.sub(r"[^A-Za-z0-9_.:@-]+", "_", c.what)
+        step(i, c.what)
+        if c.what.startswith("fetch") and not shell.dry_run and model_revision(exp) is None:
+            rep.add(name, "skip", "MODEL_REVISION is not set: " + (
+                f"export MODEL_REVISION={found['resolved']} (resolved above) and rerun" if found["resolved"] else
+                "pin the model first (docs/gpu-host.md, \"Pinning the model\")"))
+            continue
+        t0 = time.monotonic()
+        rc, out, err = shell.run(c.argv, 3600, c.env)
+        step(i, c.what, t0, ok=rc == 0)
         if shell.dry_run:
             rep.add(name, "skip", f"dry run: {c.what}")
         elif rc == 0:
@@ -446,6 +504,7 @@ def prepare(rep: Report, shell: Shell, exp: ex.Experiment) -> None:
         else:
             rep.add(name, "fail", f"{c.what}: {_last_line(err or out) or f'exit {rc}'}",
                     f"run it by hand to see the whole output: {_prep_line(c)}")
+    return found
 
 
 def check_images(rep: Report, shell: Shell, exp: ex.Experiment) -> dict[str, list[float]]:
@@ -455,8 +514,8 @@ def check_images(rep: Report, shell: Shell, exp: ex.Experiment) -> dict[str, lis
     host_snapshot = snapshot_dir(hf_cache(), exp.model, revision or "<MODEL_REVISION>")
     if revision is None:
         rep.add("model.revision", "fail", "MODEL_REVISION is not set (nor model.revision in the experiment file)",
-                "look up the 40-hex commit of the model once and `export MODEL_REVISION=<commit>` (docs/gpu-host.md, "
-                "\"Pinning the model\")")
+                "`make preflight BACKEND=vllm PREPARE=1` looks the commit up on the hub and prints the "
+                "`export MODEL_REVISION=<commit>` to run (docs/gpu-host.md, \"Pinning the model\")")
     else:
         rep.add("model.revision", "pass", f"{exp.model} pinned at {revision}")
         if shell.dry_run:
@@ -1050,12 +1109,13 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
 
     gpus: list[Gpu] = []
     blocked: list[str] = []
+    resolved: dict | None = None  # --prepare: the model's commit on the hub (resolve_revision)
     if backend == "vllm":
         gpus = check_host(rep, shell)
         if not rep.failed("host.docker"):
             check_disk(rep, shell)
         if args.prepare:
-            prepare(rep, shell, exp)
+            resolved = prepare(rep, shell, exp)
         shares = check_images(rep, shell, exp)
         check_gpu_memory(rep, gpus, shares)
         blocked = [] if args.dry_run else rep.failed()  # a dry run lists every later command too
@@ -1121,7 +1181,8 @@ def run_preflight(args, print_line: Callable[[str], None] = print) -> int:
         return 0
     doc = {"schema": PREFLIGHT_SCHEMA, "backend": backend, "why": why, "simulated": backend == "sim", "experiment": _rel(exp.path),
            "variants": variants, "started": started.isoformat(timespec="seconds"), "elapsed_s": round(elapsed, 2),
-           "ok": not counts["fail"], "counts": counts, "checks": [c.to_dict() for c in rep.checks]}
+           "ok": not counts["fail"], "counts": counts, "model_revision": resolved,
+           "checks": [c.to_dict() for c in rep.checks]}
     write_json(folder / "preflight.json", doc)
     print_line(f"preflight {verdict}: {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip in "
                f"{elapsed:.1f} s -> {_rel(folder / 'preflight.json')}")

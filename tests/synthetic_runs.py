@@ -27,6 +27,7 @@ from tts_predictor.domain import CALLS_PER_STEP
 
 T0 = 1_800_000_000.0
 AUDIO_S = 4.0  # every request asks for 4 s of audio = 50 codec frames
+AUDIO_NOISE = 0.05  # sd of ln(audio seconds) of one answer around its prompt's length (write_run's prompt_audio)
 PHASE_S = {"count": 1.0, "warmup": 1.0, "measure": 6.0, "drain": 1.5}
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, math.inf)
 
@@ -47,11 +48,15 @@ class Window:
     stalled_share: float = 0.0  # share of ok streamed requests with 0.25 s more stall (over the 100 ms threshold)
     status: str = "complete"
     reason: str | None = None
+    audio_factor: float = 1.0  # this window's audio seconds per prompt x this (with write_run's prompt_audio)
 
 
 def _requests(w: Window, level: int, t0: float, rng: np.random.Generator, noise: float, run_id: str,
-              step: int) -> tuple[list[rec.RequestRecord], dict[str, tuple[float, float]]]:
-    """A closed loop of `level` users over count, warmup, measure and drain; returns the records and phase edges."""
+              step: int, prompt_audio: tuple[float, ...] | None = None,
+              ) -> tuple[list[rec.RequestRecord], dict[str, tuple[float, float]]]:
+    """A closed loop of `level` users over count, warmup, measure and drain; returns the records and phase edges.
+    prompt_audio: the audio seconds of prompts p0, p1, ... (cycled over the requests, x the window's audio_factor,
+    x lognormal noise of sd AUDIO_NOISE: sampling makes every answer's length differ); None: prompt "p", AUDIO_S."""
     edges, t = {}, t0
     for ph in rec.PHASES:
         edges[ph] = (t, t + PHASE_S[ph])
@@ -76,10 +81,15 @@ def _requests(w: Window, level: int, t0: float, rng: np.random.Generator, noise:
             ttfa = 0.3 * mean
             stalled = bool(rng.random() < w.stalled_share)
             under = w.underrun_s + (0.25 if stalled else 0.0)
+            prompt, audio = "p", AUDIO_S
+            if prompt_audio:
+                k = len(out) % len(prompt_audio)
+                prompt = f"p{k}"
+                audio = prompt_audio[k] * w.audio_factor * float(rng.lognormal(0.0, AUDIO_NOISE))
             out.append(rec.RequestRecord(run_id, "local", step, level, phase, "stream", True, None, 200, ttfa, e2e,
-                                         AUDIO_S, e2e / AUDIO_S, 192_000, t, "p", "short", w.variant, len(out),
+                                         audio, e2e / audio, 192_000, t, prompt, "short", w.variant, len(out),
                                          underrun_s=under, continuity_ok=under <= rec.UNDERRUN_THRESHOLD_S,
-                                         stream_rtf=(e2e - ttfa) / AUDIO_S, chunks=5))
+                                         stream_rtf=(e2e - ttfa) / audio, chunks=5))
             t += e2e
     return out, edges
 
@@ -157,12 +167,13 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
               seed: int = 1, simulated: bool = True, telemetry: str | None = "process", omni: bool = False,
               manifest: dict | None = None, scenario: dict | None = None, sim_config: str | None = None,
               switches: bool | None = None, sequential: tuple[int | None, int] | None = None,
-              analysis: dict | None = None, planned_rounds: int | None = None) -> Path:
+              analysis: dict | None = None, planned_rounds: int | None = None,
+              prompt_audio: tuple[float, ...] | None = None) -> Path:
     """Write a version-2 run folder from window specs (in run order). `manifest` entries are merged over the
     defaults; `switches` (default: design swap/nested) records a variant switch at each window's start.
     `sequential` (min_rounds, max_rounds) and `analysis` (runsettings.analysis keywords) go where the planner puts
     them, through the planner's own functions (loadtest.runsettings). `planned_rounds`: a run still in progress,
-    whose plan holds that many rounds (its later rounds not run yet)."""
+    whose plan holds that many rounds (its later rounds not run yet). `prompt_audio`: see _requests."""
     rng = np.random.default_rng(seed)
     order = random.Random(seed)
     run.mkdir(parents=True, exist_ok=True)
@@ -187,7 +198,7 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
         reqs, ctrs, tel = [], [], []
         w_start = t
         for step, lv in enumerate(lv_order):
-            r, edges = _requests(w, lv, t, rng, noise, block_id, step)
+            r, edges = _requests(w, lv, t, rng, noise, block_id, step, prompt_audio)
             reqs += r
             ctrs += _counters(w, lv, step, edges, r, simulated, omni, 10 * i + 2 * step)
             if telemetry:
@@ -245,10 +256,11 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
 
 def fresh(run: Path, *, rounds: int = 5, aa_rounds: int = 1, b_factor: float = 1.0, latency: float = 0.2,
           aa_factor: float = 1.0, failures: Callable[[int, str], dict] | None = None, seed: int = 1,
-          levels=(2, 8), a: str = "original", b: str = "fixed", **kw) -> Path:
+          levels=(2, 8), a: str = "original", b: str = "fixed", b_audio_factor: float = 1.0, **kw) -> Path:
     """A fresh-design run: each window its own start; A/A rounds interleaved at seeded positions; arm order per round
     seeded. B's latency is `b_factor` x A's (throughput ratio 1/b_factor); aa_factor scales the second A/A window
-    (a bias); failures(ab_index, arm) -> {level: failed requests}, ab_index counting the A/B rounds from 0."""
+    (a bias); failures(ab_index, arm) -> {level: failed requests}, ab_index counting the A/B rounds from 0.
+    b_audio_factor: B's audio seconds per prompt x this in the A/B rounds (with prompt_audio=...)."""
     rng = random.Random(seed)
     kinds = ["ab"] * rounds
     for _ in range(aa_rounds):
@@ -261,7 +273,8 @@ def fresh(run: Path, *, rounds: int = 5, aa_rounds: int = 1, b_factor: float = 1
             factor = (b_factor if kind == "ab" else aa_factor) if arm == "B" else 1.0
             variant = a if (kind == "aa" or arm == "A") else b
             wins.append(Window(r, kind, arm, variant, start, pos, {c: latency * factor for c in levels},
-                               failures=(failures(ab_index, arm) if failures and kind == "ab" else {})))
+                               failures=(failures(ab_index, arm) if failures and kind == "ab" else {}),
+                               audio_factor=b_audio_factor if (kind == "ab" and arm == "B") else 1.0))
             start += 1
     return write_run(run, wins, levels=levels, design="fresh", seed=seed, **kw)
 

@@ -131,6 +131,7 @@ def test_off_h100_gpus_are_warned_not_failed(name, warned):
 
 def test_dry_run_prints_every_vllm_command_and_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MODEL_REVISION", REVISION)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.setenv("HF_CACHE", str(tmp_path / "hf"))
     out_dir = tmp_path / "out"
     code = pf.main(["--backend", "vllm", "--dry-run", "--prepare", "--out", str(out_dir)])
@@ -153,6 +154,14 @@ def test_dry_run_prints_every_vllm_command_and_writes_nothing(tmp_path, capsys, 
         assert needle in text, needle
     serve = [ln for ln in lines if ln.startswith("$ ") and ln.endswith("bash docker/serve.sh")]
     assert len(serve) == 1 and "CONTROL_DIR=" in serve[0] and "VARIANT=original" in serve[0]
+    # PREPARE: the hub lookup, then pull, two builds and the fetch, each announced as a numbered step
+    steps = [ln for ln in lines if ln.startswith("prepare [")]
+    assert steps == ["prepare [1/5] resolve Qwen/Qwen3-TTS-12Hz-0.6B-Base@main through the hub API ...",
+                     "prepare [2/5] pull vllm/vllm-omni:v0.16.0 ...",
+                     "prepare [3/5] build tts-vllm-omni:0.16.0-original ...",
+                     "prepare [4/5] build tts-vllm-omni:0.16.0-fixed ...",
+                     f"prepare [5/5] fetch Qwen/Qwen3-TTS-12Hz-0.6B-Base@{REVISION} ..."]
+    assert "$ GET https://huggingface.co/api/models/Qwen/Qwen3-TTS-12Hz-0.6B-Base/revision/main" in text
     assert not [ln for ln in lines if ln.startswith("FAIL")]  # the revision is pinned; nothing else is judged
     assert lines[-1].startswith("preflight dry run:") and "nothing run" in lines[-1]
 

@@ -24,9 +24,19 @@ from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 
+from . import audiolength
 from . import inference as inf
 from . import rounds as rd
-from .blocks import METRICS, PRIMARY_METRIC, TELEMETRY_FIELDS, VERDICT_METRICS, block_summary, load_run, measure_edges
+from .blocks import (
+    METRICS,
+    PRIMARY_METRIC,
+    TELEMETRY_FIELDS,
+    VERDICT_METRICS,
+    block_summary,
+    load_run,
+    measure_edges,
+    spanning_requests,
+)
 from .prediction import model_prediction, prediction, read_micro, sim_setup
 
 DEFAULT_MARGIN_PCT = rs.DEFAULT_MARGIN_PCT
@@ -564,9 +574,27 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
         p["e2e_ratio"] = None if p.get("e2e_diff_pct") is None else 1.0 + p["e2e_diff_pct"] / 100.0
         p["model"] = model_prediction(setup, lv, a_blocks, frames.get(lv, []), variants)
         comparison["per_level"][lv]["prediction"] = p
+    comparison["audio_per_prompt"] = audio_per_prompt(run, summaries, confidence)
     comparison.update(run_id=summary["run_id"], variants=variants, simulated=summary["simulated"],
                       partial=summary["partial"], invalid_blocks=invalid)
     return summary, comparison
+
+
+def audio_per_prompt(run: dict, summaries: list[dict], confidence: float) -> dict:
+    """Audio seconds per prompt, B against A (ttsreport.audiolength), over every successful request of the valid A/B
+    windows except those that spanned a variant switch; with the length control each arm's manifest records."""
+    valid = {b["block_id"]: b["arm"] for b in summaries if b["valid"] and b["kind"] == "ab"}
+    by_arm: dict[str, list[dict]] = {"A": [], "B": []}
+    for blk in run["blocks"]:
+        arm = valid.get(blk["meta"].get("block_id"))
+        if arm in by_arm:
+            spanning = {id(r) for r in spanning_requests(blk, run["starts"].get(blk["meta"].get("start")))}
+            by_arm[arm] += [r for r in blk["requests"] if id(r) not in spanning]
+    out = audiolength.compare_audio(by_arm["A"], by_arm["B"], confidence=confidence)
+    arms = (run["manifest"].get("arms") or {}) if isinstance(run["manifest"].get("arms"), dict) else {}
+    out["length_controls"] = {side: (arms.get(side) or {}).get("length_control") for side in ("A", "B")}
+    out["length_warning"] = run["manifest"].get("length_warning")
+    return out
 
 
 def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", primary: str = PRIMARY_METRIC,

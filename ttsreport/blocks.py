@@ -374,6 +374,12 @@ def _switch_spans(start: dict | None) -> list[tuple[float, float]]:
     return spans
 
 
+def spanning_requests(block: dict, start: dict | None) -> list[dict]:
+    """The window's requests in flight while a variant switch of its server start was: they ran under either arm."""
+    spans = _switch_spans(start)
+    return [r for r in block["requests"] if _spans_switch(r, spans)]
+
+
 def _spans_switch(r: dict, spans: list[tuple[float, float]]) -> bool:
     e = r.get("e2e_s")
     if not spans or e is None or r.get("t_start") is None:
@@ -401,8 +407,7 @@ def block_summary(block: dict, start: dict | None = None, within: bool = True) -
     a variant switch of its server start (left out), and per level its metrics, telemetry and upstream series.
     within=False skips the sampling variances inside the window (only the variance components need them)."""
     meta = block["meta"]
-    spans = _switch_spans(start)
-    spanning = [r for r in block["requests"] if _spans_switch(r, spans)]
+    spanning = spanning_requests(block, start)
     span_ids = {id(r) for r in spanning}
     by_level: dict[int, list[dict]] = {}
     for r in block["requests"]:

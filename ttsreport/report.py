@@ -134,6 +134,9 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
                             if "the arm failed there" in n)
             out.append(("invalid", f"ARM FAILED at c={lv} — {why}. No speed claim at c={lv} from the remaining "
                                    "rounds: fix the failure and rerun."))
+    audio = comparison.get("audio_per_prompt") or {}
+    if audio.get("kind") == "differs":
+        out.append(("invalid", f"AUDIO LENGTH DIFFERS — {audio['text']}." + _length_controls(audio)))
     note = comparison["settings"].get("swap_note")
     if note:
         out.append(("warn", f"ONE SERVER START — {note}"))
@@ -143,6 +146,23 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
         out.append(("invalid", f"INVALID WINDOW {b['block_id']} (round {b['round']}, {b['kind']}, arm {b['arm']}, "
                                f"{b['variant']}) excluded: {b['reason']}"))
     return out
+
+
+def _length_controls(audio: dict) -> str:
+    """What set each arm's output length, as its run manifest recorded it (empty for runs that did not)."""
+    lc = audio.get("length_controls") or {}
+    parts = [f"{side}: {c.get('text') or c.get('honours')} ({c.get('source')})"
+             for side, c in sorted(lc.items()) if c]
+    return f" Length control per arm — {'; '.join(parts)}." if parts else ""
+
+
+def audio_line(comparison: dict) -> str | None:
+    """The quiet line on audio seconds per prompt (the loud banner, when they differ, is in banners())."""
+    audio = comparison.get("audio_per_prompt")
+    if not audio:
+        return None
+    return "Audio per prompt (B vs A): " + audio["text"] + "." + (
+        f" Plan-time warning: {audio['length_warning']}." if audio.get("length_warning") else "")
 
 
 def cards(comparison: dict) -> list[dict]:
@@ -558,6 +578,8 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
                         + f". {s['bootstrap']}.")
     if head:
         method.parts.append(f"Rule of the headline: {head.get('correction', '')}.")
+    if audio_line(comparison):
+        method.parts.append(audio_line(comparison))
     primary = comparison["primary_metric"]
     rows = []
     for lv in comparison["levels"]:
