@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 
 from . import plots
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from tts_predictor import domain
 from tts_predictor import metrics as M
+from ttsrecords.samples import stored_total
 
 from . import public, virtual
 from .config import FIT_SUFFIX, SimConfig, load_config
@@ -253,11 +254,6 @@ def _delta(a: dict, b: dict, key: str) -> float:
     return float(b.get(key, 0.0)) - float(a.get(key, 0.0))
 
 
-def _sum_labelled(samples: dict, name: str) -> float:
-    """Sum of a metric over its label sets (the run's arm has one variant; a hot swap would need a split)."""
-    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
-
-
 def read_windows(run: Path) -> list[Window]:
     """Windows from reports/<run>/blocks/*/counters.jsonl (start/end snapshots) and requests.jsonl."""
     files = sorted(run.glob("blocks/*/counters.jsonl")) or sorted(run.glob("counters.jsonl"))
@@ -285,7 +281,7 @@ def read_windows(run: Path) -> list[Window]:
             if "start" not in pair or "end" not in pair:
                 continue
             a, b = pair["start"], pair["end"]
-            d = {name: _sum_labelled(b, name) - _sum_labelled(a, name) for name in (
+            d = {name: (stored_total(b, name) or 0.0) - (stored_total(a, name) or 0.0) for name in (
                 M.STEP_INTERVAL + "_sum", M.STEP_INTERVAL + "_count", M.STEP_BATCH + "_sum", M.STEP_BATCH + "_count",
                 M.SECONDS + "_sum", M.SIM_STALL_SECONDS, M.SIM_INJECTED_SECONDS, M.SIM_PREFILLS)}
             if d[M.STEP_INTERVAL + "_count"] <= 0:
