@@ -61,7 +61,7 @@ ALLOWED = {
     # one home of the settings a run fixes before it starts (sequential rule, pre-registered analysis)
     "ttsreport": {"tts_predictor", "loadtest.records", "loadtest.runsettings", "loadtest.measures",
                   "loadtest.omni_metrics", "ttssim.fit",
-                  "ttssim.config", "ttssim.virtual", "ttssim.public", "ttssim.model"},
+                  "ttssim.config", "ttssim.virtual", "ttssim.public", "ttssim.model", "ttssim.heldout"},
 }
 
 
