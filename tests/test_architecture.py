@@ -62,7 +62,7 @@ ALLOWED = {
     # the contract; ttssim.fit is the fitted simulator model (pure arithmetic, no server) whose predicted difference
     # the report shows beside the observed one, with the modules it needs
     "ttsreport": {"tts_predictor", "ttsrecords", "ttssim.fit", "ttssim.config", "ttssim.virtual", "ttssim.public",
-                  "ttssim.model"},
+                  "ttssim.model", "ttssim.heldout"},  # heldout: the banner's held-out figure
 }
 
 
