@@ -80,7 +80,7 @@ def error_response(message: str, status: int = 400, err_type: str = "BadRequestE
 
 
 def is_json_content_type(value: str) -> bool:
-    return value.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+    return value.split(";", 1)[0].lower() == JSON_MEDIA_TYPE  # no strip: vLLM refuses "application/json ; ..."
 
 
 def validate_body(body, model_name: str, audio_cfg, voices=()) -> dict:
