@@ -12,6 +12,8 @@ from tools.bench_sim import ref_audio_uri
 from ttssim import server
 from ttssim.config import AudioConfig, ServerConfig
 
+pytestmark = pytest.mark.slow  # a local HTTP server serves the reference file
+
 
 async def _serve_slowly(wav: bytes):
     """A local server sending the WAV in small chunks with pauses (so one read sees only the first chunk)."""
