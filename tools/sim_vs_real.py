@@ -18,6 +18,7 @@ from pathlib import Path
 from tts_predictor import domain
 from tts_predictor import metrics as M
 from ttsrecords.records import read_requests
+from ttsrecords.samples import stored_total
 from ttssim import fit, heldout, virtual
 from ttssim.config import load_config
 
@@ -51,7 +52,7 @@ def _batch(run: Path) -> dict[int, float]:
     out = {}
     for c, e in edges.items():
         if "start" in e and "end" in e:
-            d = {k: fit._sum_labelled(e["end"], M.STEP_BATCH + k) - fit._sum_labelled(e["start"], M.STEP_BATCH + k)
+            d = {k: (stored_total(e["end"], M.STEP_BATCH + k) or 0.0) - (stored_total(e["start"], M.STEP_BATCH + k) or 0.0)
                  for k in ("_sum", "_count")}
             out[c] = d["_sum"] / d["_count"] if d["_count"] else float("nan")
     return out
