@@ -37,7 +37,7 @@ MARGIN_PCT ?=
 CONFIDENCE ?=
 PRIMARY_METRIC ?=
 
-.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-upstream bench-sim bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-upstream bench-sim sim-vs-real bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
@@ -99,6 +99,10 @@ load: $(STAMP)
 
 bench-sim: $(STAMP)
 	$(PY) -m tools.bench_sim $(if $(QUICK),--quick,)
+
+# the simulator vs the real CPU server (stored run, fitted profile) -> reports/bench/sim-vs-cpu.md
+sim-vs-real: $(STAMP)
+	$(PY) -m tools.sim_vs_real
 
 bench-load: $(STAMP)
 	$(PY) -m tools.bench_load --out reports/bench/loadgen.md

@@ -16,7 +16,7 @@ if [ "$(cat "$venv/.project-installed" 2>/dev/null)" != "$stamp" ]; then
   echo "server-venv: installing the project and cpu_server/plugin" >&2
   tmp=$(mktemp -d)
   # a copy, so no build/ or egg-info lands in the checkout
-  cp -r pyproject.toml README.md tts_predictor ttssim loadtest ttsreport "$tmp/"
+  cp -r pyproject.toml README.md tts_predictor ttsrecords ttssim loadtest ttsreport "$tmp/"
   cp -r cpu_server/plugin "$tmp/plugin"
   "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$tmp" "$tmp/plugin" >&2
   rm -rf "$tmp"

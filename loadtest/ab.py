@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from loadtest import experiment as ex
-from loadtest import runsettings as rs
 from loadtest.plan import ROOT, describe, experiment_for, new_run, sha256, utc
-from loadtest.records import AB_SCHEMA, DESIGNS
 from loadtest.runner import Runner
+from ttsrecords import runsettings as rs
+from ttsrecords.records import AB_SCHEMA, DESIGNS
 
 # `make demo`: the demo's settings (levels, phases, prompts) and why live in configs/scenarios/demo.yaml; it runs on
 # the fitted simulator profile (configs/sim/default.yaml, fidelity in docs/simulator.md). The preset only points at

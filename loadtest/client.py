@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from loadtest.records import UNDERRUN_THRESHOLD_S
 from tts_predictor.domain import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, SAMPLES_PER_CODEC_FRAME
+from ttsrecords.records import UNDERRUN_THRESHOLD_S
 
 SPEECH_PATH = "/v1/audio/speech"
 READ_SIZE = 64 * 1024
@@ -45,7 +45,7 @@ class Transport(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The measured fields of a request record (loadtest.records.RequestRecord has the same names)."""
+    """The measured fields of a request record (ttsrecords.records.RequestRecord has the same names)."""
 
     ok: bool
     error: str | None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from loadtest.records import DESIGNS
+from ttsrecords.records import DESIGNS
 
 SWAPPED = ("swap", "nested")  # designs that switch arms inside one server start
 

@@ -35,6 +35,7 @@ import yaml
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
+from ttsrecords.samples import total
 
 SCHEMA = "tts-experiment/1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -375,14 +376,14 @@ def load_experiment(path: str | Path) -> Experiment:
     if pre is not None:
         pre.only({"margin_pct", "confidence"})
         margin, confidence = pre.get("margin_pct", (int, float)), pre.get("confidence", (int, float))
-        from loadtest.runsettings import SettingsError, analysis
+        from ttsrecords.runsettings import SettingsError, analysis
 
         try:
             analysis(margin, confidence)
         except SettingsError as e:
             raise ExperimentError(f"{p}: analysis: {e}") from None
     primary = r.get("primary_metric", (str,), required=True)
-    from loadtest.measures import METRICS, VERDICT_METRICS
+    from ttsrecords.measures import METRICS, VERDICT_METRICS
 
     if primary not in VERDICT_METRICS:
         raise ExperimentError(f"{p}: primary_metric: {primary!r} is not one of {list(VERDICT_METRICS)}"
@@ -764,11 +765,6 @@ def length_warning(arms: dict[str, Arm]) -> str | None:
 # ----------------------------------------------------------------------------------------------- evidence
 
 
-def _sum(rows, name: str) -> float | None:
-    vals = [float(v) for n, _, v in rows if n == name]
-    return sum(vals) if vals else None
-
-
 def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tuple[bool, str]:
     """The arm's manipulation check over one block: its server log and its last /metrics snapshot.
 
@@ -789,14 +785,14 @@ def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tu
             line = log[log.rfind("\n", 0, m.start()) + 1:len(log) if end < 0 else end].strip()
             return False, f"the server log has a line matching /{pattern}/: {line[:200]}"
     for name in ev.metric_present:
-        v = _sum(rows, name)
+        v = total(rows, name)
         if v is None:
             return False, f"metric {name} is not exposed"
         if v <= 0:
             return False, f"metric {name} is {v:g}, not > 0"
     if ev.sync_signature:
-        from loadtest.records import signature_holds
         from tts_predictor import metrics as pm
+        from ttsrecords.records import signature_holds
 
         # the variants that ran calls, and the one the info metric names (a server on a control file names no
         # variant there: its info says "controlled"; labels a plugin creates at zero ran nothing)
@@ -805,7 +801,7 @@ def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tu
         if variants != {ev.sync_signature}:
             return False, (f"the server reports variant(s) {sorted(variants)}, expected {ev.sync_signature}"
                            if variants else "the server exposes no tts_predictor counters (plugin not loaded?)")
-        syncs, calls, tokens = (_sum(rows, n) for n in (pm.SYNCS, pm.OBSERVED_CALLS, pm.OBSERVED_TOKENS))
+        syncs, calls, tokens = (total(rows, n) for n in (pm.SYNCS, pm.OBSERVED_CALLS, pm.OBSERVED_TOKENS))
         if syncs is None or calls is None or tokens is None:
             return False, "the sync counters are missing"
         if calls <= 0:

@@ -26,11 +26,11 @@ from pathlib import Path
 import yaml
 
 from loadtest import experiment as ex
-from loadtest import runsettings as rs
 from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_plan: the tests build runs with it)
-from loadtest.records import AB_SCHEMA, sim_profile_copy, write_json
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
+from ttsrecords import runsettings as rs
+from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
@@ -350,7 +350,7 @@ def resolve_design(a: argparse.Namespace, exp: ex.Experiment, shorthand: bool) -
 def pre_registered(a: argparse.Namespace, exp: ex.Experiment) -> dict:
     """The analysis fixed before the run (margin, confidence, primary metric) from the command line, else the
     experiment file, else the defaults, and where each came from; SystemExit with one line when one is bad."""
-    from loadtest.measures import VERDICT_METRICS
+    from ttsrecords.measures import VERDICT_METRICS
 
     given = {"margin_pct": (getattr(a, "margin_pct", None), exp.margin_pct),
              "confidence": (getattr(a, "confidence", None), exp.confidence),

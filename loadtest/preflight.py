@@ -48,7 +48,6 @@ from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, Outcome, run_request
 from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS
 from loadtest.readiness import REQUEST_TIMEOUT_S, Probe, make_probe, prime, wait_stages
-from loadtest.records import PREFLIGHT_SCHEMA, signature_holds, write_json
 from loadtest.scenario import load_scenario
 from loadtest.scraper import http_get, parse_metrics
 from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port, health
@@ -56,6 +55,8 @@ from loadtest.telemetry import Nvml, container_gpus, gpus_spec
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import VARIANT_NAMES
+from ttsrecords.records import PREFLIGHT_SCHEMA, signature_holds, write_json
+from ttsrecords.samples import by_label, gauge, total
 
 STATUSES = ("pass", "fail", "skip")
 SIM_CONFIG = "configs/sim/default.yaml"
@@ -740,23 +741,6 @@ def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
     return parse_metrics(http_get(url.rstrip("/") + "/metrics", 10.0))[1]
 
 
-def _by_variant(rows, name: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for n, labels, v in rows:
-        if n == name and labels.get("variant"):
-            out[labels["variant"]] = out.get(labels["variant"], 0.0) + v
-    return out
-
-
-def _sum(rows, name: str) -> float:
-    return sum(v for n, _, v in rows if n == name)
-
-
-def _gauge(rows, name: str) -> float | None:
-    vals = [v for n, _, v in rows if n == name]
-    return vals[0] if vals else None
-
-
 def sync_signature(before, after, variant: str, epoch: int | None) -> tuple[str, str, str | None]:
     """(status, detail, fix) for one variant's window: epoch confirmed, calls under its label only, syncs over the
     observed calls equal to metrics.expected_syncs within records.SYNC_TOLERANCE."""
@@ -766,20 +750,20 @@ def sync_signature(before, after, variant: str, epoch: int | None) -> tuple[str,
                 "the tts_predictor plugin is not loaded: the image must be docker/Dockerfile's (0.16.0 + plugin); "
                 "the server log shows the plugin's start-up line or its PluginError")
     if epoch is not None:
-        shown = _gauge(after, pm.CONTROL_EPOCH)
+        shown = gauge(after, pm.CONTROL_EPOCH)
         if shown is None or int(shown) != epoch:
             return ("fail", f"{pm.CONTROL_EPOCH} shows {shown}, the control file says epoch {epoch}: the server did not "
                     "apply the control file", "the server must read the control file (sim: --control; docker: "
                     "CONTROL_DIR mounts it and sets TTS_PREDICTOR_CONTROL); the server log shows 'change refused' lines")
-    c0, c1 = _by_variant(before, pm.CALLS), _by_variant(after, pm.CALLS)
+    c0, c1 = by_label(before, pm.CALLS, "variant"), by_label(after, pm.CALLS, "variant")
     moved = sorted(v for v in c1 if c1[v] - c0.get(v, 0.0) > 0)
     if moved != [variant]:
         return ("fail", f"calls moved under {moved or 'no label'}, expected only {variant!r}",
                 "the variant switch did not take effect at a step boundary: compare the control file with "
                 "tts_predictor_active_variant and the server log")
-    calls = _sum(after, pm.OBSERVED_CALLS) - _sum(before, pm.OBSERVED_CALLS)
-    tokens = _sum(after, pm.OBSERVED_TOKENS) - _sum(before, pm.OBSERVED_TOKENS)
-    syncs = _sum(after, pm.SYNCS) - _sum(before, pm.SYNCS)
+    calls = (total(after, pm.OBSERVED_CALLS) or 0.0) - (total(before, pm.OBSERVED_CALLS) or 0.0)
+    tokens = (total(after, pm.OBSERVED_TOKENS) or 0.0) - (total(before, pm.OBSERVED_TOKENS) or 0.0)
+    syncs = (total(after, pm.SYNCS) or 0.0) - (total(before, pm.SYNCS) or 0.0)
     n_calls = c1[variant] - c0.get(variant, 0.0)
     if calls <= 0:
         return ("fail", f"{n_calls:g} calls under {variant}, none observed by the sync sampler",
@@ -899,7 +883,8 @@ def run_variant(rep: Report, shell: Shell, server: Server | None, variant: str, 
                 return False
         after = scrape(url)
         extra = 0
-        while extra < EXTRA_REQUESTS and _sum(after, pm.OBSERVED_CALLS) <= _sum(before, pm.OBSERVED_CALLS) \
+        while extra < EXTRA_REQUESTS and (total(after, pm.OBSERVED_CALLS) or 0.0) \
+                <= (total(before, pm.OBSERVED_CALLS) or 0.0) \
                 and pm.CALLS in {n for n, _, _ in after}:
             run_request(transport, probe.bodies["stream"], "stream")
             after = scrape(url)

@@ -3,7 +3,7 @@
 For every round of the plan not done yet, each window runs in its planned server start (a start is launched when
 the first window that needs it comes, with its control file written first, and stopped after its last window):
 its own scenario (levels in its order, count phases where the server has a control file), Locust headless into
-blocks/<id>/, telemetry beside it, then the verdict (loadtest.records), the arm's evidence check on the start's
+blocks/<id>/, telemetry beside it, then the verdict (ttsrecords.records), the arm's evidence check on the start's
 server.log and the window's last snapshot, and, for a hot swap, the switch confirmed from the counters.
 
 Statuses: "complete"; "invalid" (the load ran but its data cannot be used: nothing measured or nothing succeeded,
@@ -32,8 +32,6 @@ from pathlib import Path
 
 from loadtest import experiment as ex
 from loadtest import pinning
-from loadtest import records as rec
-from loadtest import runsettings as rs
 from loadtest.backends import control_path, server_spec
 from loadtest.design import SWAPPED, rounds_of, starts_of
 from loadtest.plan import (
@@ -52,13 +50,15 @@ from loadtest.plan import (
 from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
 from loadtest.readiness import confirm_ready, make_probe
 from loadtest.scenario import load_scenario
-from loadtest.scraper import rows_of, sample_key
 from loadtest.server_process import ServerError, ServerProcess, stop_group
 from loadtest.shape import Schedule, epochs_per_window
 from loadtest.telemetry import Nvml, Telemetry
 from loadtest.telemetry import describe as describe_telemetry
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
+from ttsrecords import records as rec
+from ttsrecords import runsettings as rs
+from ttsrecords.samples import rows_of, sample_key
 
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a window counts as hung
 LOCUST_STOP_S = 20.0  # Locust flushes its files on SIGINT
@@ -103,7 +103,7 @@ def locust_exceptions(bdir: Path) -> str | None:
 
 
 def judge(variant: str | None, bdir: Path) -> tuple[dict, str | None]:
-    """A finished window's request outcomes and, if it is invalid, why (loadtest.records decides)."""
+    """A finished window's request outcomes and, if it is invalid, why (ttsrecords.records decides)."""
     requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
     counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
     outcomes = rec.request_outcomes(requests)
@@ -528,7 +528,7 @@ class Runner:
 
     def write_progress(self, state: str, i: int | None = None, w: dict | None = None, elapsed: float | None = None,
                        length_s: float | None = None) -> rec.Progress:
-        """Replace <run>/progress.json (loadtest.records.Progress): what the console line says, for the dashboard."""
+        """Replace <run>/progress.json (ttsrecords.records.Progress): what the console line says, for the dashboard."""
         plan = self.m["plan"]
         ph = self.schedule.at(elapsed) if self.schedule is not None and elapsed is not None else None
         if i is not None and elapsed is None:

@@ -1,6 +1,6 @@
 """Scenario files (configs/scenarios/*.yaml): load steps and phase lengths, validated with errors that name the field.
 
-A level runs count -> warmup -> measure -> drain (loadtest.records.PHASES). `phases.count_s` (default 0: none) is the
+A level runs count -> warmup -> measure -> drain (ttsrecords.records.PHASES). `phases.count_s` (default 0: none) is the
 count phase: the sync observer on, nothing timed; it runs only where the server has a control file (the A/B runner's
 servers), and it is set for every level at once (phases only), so every window switches and counts at each level.
 """

@@ -8,7 +8,6 @@ ok=false and makes the step's delta null, it never stops the run. HTTP goes thro
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,20 +15,10 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.records import CounterDelta, CounterSnapshot
 from tts_predictor import metrics as m
 from tts_predictor.domain import CALLS_PER_STEP
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def sample_key(name: str, labels: dict[str, str]) -> str:
-    """`name{k="v",...}` with sorted labels, or the bare name when there are none (as in the text format)."""
-    if not labels:
-        return name
-    return name + "{" + ",".join(f'{k}="{_escape(labels[k])}"' for k in sorted(labels)) + "}"
+from ttsrecords.records import CounterDelta, CounterSnapshot
+from ttsrecords.samples import by_label, gauge, sample_key, total
 
 
 def parse_metrics(text: str) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
@@ -45,29 +34,9 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[tuple[str, dict[str
     return flat, rows
 
 
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def rows_of(flat: dict[str, float]) -> list[tuple[str, dict[str, str], float]]:
-    """The (name, labels, value) rows of a stored snapshot's samples (the inverse of sample_key)."""
-    rows = []
-    for key, value in flat.items():
-        name, _, rest = key.partition("{")
-        labels = {k: re.sub(r"\\(.)", lambda mo: "\n" if mo.group(1) == "n" else mo.group(1), v)
-                  for k, v in _LABEL.findall(rest)}
-        rows.append((name, labels, float(value)))
-    return rows
-
-
 def samples(text: str) -> dict[str, float]:
     """Just the {sample_key: value} mapping of an exposition (see parse_metrics)."""
     return parse_metrics(text)[0]
-
-
-def total(rows, name: str) -> float | None:
-    """Sum of a sample name over all label sets; None if the server does not expose it."""
-    vals = [v for n, _, v in rows if n == name]
-    return sum(vals) if vals else None
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -82,20 +51,6 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
-
-
-def by_label(rows, name: str, label: str) -> dict[str, float]:
-    """A sample name's values by one label (summed over the other labels)."""
-    out: dict[str, float] = {}
-    for n, labels, v in rows:
-        if n == name and label in labels:
-            out[labels[label]] = out.get(labels[label], 0.0) + v
-    return out
-
-
-def gauge(rows, name: str) -> float | None:
-    """A gauge without labels (the control channel's epoch / observe switch); None when not exposed."""
-    return total(rows, name)
 
 
 def variants_moved(start_rows, end_rows) -> list[str]:

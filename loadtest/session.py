@@ -24,13 +24,13 @@ from urllib.parse import urlsplit
 from loadtest.client import GeventTransport, Outcome, run_request
 from loadtest.plan import git_revision
 from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_corpus, load_voice
-from loadtest.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy
 from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, EdgeAction, Phase, PhaseTracker, Schedule, edge_actions
 from tts_predictor.control import write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
+from ttsrecords.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
 
 log = logging.getLogger("loadtest")
 MSG_PHASE = "tts_phase"

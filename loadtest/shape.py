@@ -21,7 +21,7 @@ class Phase:
 
     step: int
     concurrency: int
-    phase: str  # count | warmup | measure | drain (loadtest.records.PHASES)
+    phase: str  # count | warmup | measure | drain (ttsrecords.records.PHASES)
     users: int  # Locust users for this step (closed loop: = concurrency)
     rate: float | None  # open loop: arrivals per second, all workers together
     started: float  # run time (s) at which this phase began
@@ -103,7 +103,7 @@ class EdgeAction:
     step: int
     concurrency: int
     phase: str | None = None  # WRITE: the phase that begins with the write
-    edge: str | None = None  # SNAPSHOT: loadtest.records.EDGES
+    edge: str | None = None  # SNAPSHOT: ttsrecords.records.EDGES
     observe: bool | None = None  # WRITE
     epoch: int | None = None  # WRITE, CONFIRM
 

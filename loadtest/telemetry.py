@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadtest.records import JsonlWriter, TelemetrySample
+from ttsrecords.records import JsonlWriter, TelemetrySample
 
 log = logging.getLogger("loadtest.telemetry")
 INTERVAL_S = 0.5  # 2 Hz: the contract's minimum rate

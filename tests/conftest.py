@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtest import records
 from loadtest.plan import make_plan
 from loadtest.server_process import ROOT, free_port  # noqa: F401  (re-exported for the tests)
 from tools.locust_run import LOCUST, WatchedRun, complete_lines, intact_lines, write_scenario  # noqa: F401
 from tts_predictor import metrics as pm
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
+from ttsrecords import records
 
 # Processes the standard library or a library may start on its own in the unit tier: platform.processor() runs
 # `uname -p`, matplotlib asks fontconfig once to build its font cache.

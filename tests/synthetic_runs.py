@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from loadtest import records as rec
-from loadtest import runsettings as rs
 from tts_predictor import metrics as pm
 from tts_predictor.domain import CALLS_PER_STEP
+from ttsrecords import records as rec
+from ttsrecords import runsettings as rs
 
 T0 = 1_800_000_000.0
 AUDIO_S = 4.0  # every request asks for 4 s of audio = 50 codec frames
@@ -172,7 +172,7 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
     """Write a version-2 run folder from window specs (in run order). `manifest` entries are merged over the
     defaults; `switches` (default: design swap/nested) records a variant switch at each window's start.
     `sequential` (min_rounds, max_rounds) and `analysis` (runsettings.analysis keywords) go where the planner puts
-    them, through the planner's own functions (loadtest.runsettings). `planned_rounds`: a run still in progress,
+    them, through the planner's own functions (ttsrecords.runsettings). `planned_rounds`: a run still in progress,
     whose plan holds that many rounds (its later rounds not run yet). `prompt_audio`: see _requests."""
     rng = np.random.default_rng(seed)
     order = random.Random(seed)

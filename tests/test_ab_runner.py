@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, intact_lines
 
-from loadtest import ab, plan, records, runner
+from loadtest import ab, plan, runner
 from loadtest.scenario import load_scenario
 from loadtest.server_process import health
+from ttsrecords import records
 
 QUICK = ["--scenario", "configs/scenarios/smoke.yaml", "--sim-config", "configs/sim/fast.yaml", "--levels", "8",
          "--warmup-s", "1", "--measure-s", "3", "--drain-s", "0"]

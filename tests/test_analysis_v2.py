@@ -16,7 +16,7 @@ import synthetic_runs as sr
 from conftest import ROOT
 from scipy import stats as sps
 
-from loadtest import records as rec
+from ttsrecords import records as rec
 from ttsreport import __main__ as cli
 from ttsreport import report
 from ttsreport.analysis import Options, summarize, write_statistics

@@ -17,10 +17,11 @@ import httpx
 import pytest
 from conftest import ROOT, listening_addresses
 
-from loadtest import ab, plan, records, runner
+from loadtest import ab, plan, runner
 from loadtest.scenario import load_scenario
 from loadtest.shape import Schedule
 from tools import browser
+from ttsrecords import records
 from ttsreport import dashboard as dash
 
 needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")

@@ -8,11 +8,12 @@ from dataclasses import replace
 import pytest
 from conftest import ROOT
 
-from loadtest import engine_log, records
+from loadtest import engine_log
 from loadtest import experiment as ex
 from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS, load_voice, speech_payload
 from tts_predictor.domain import MODEL_NAME
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
+from ttsrecords import records
 from ttsreport import analysis
 
 # (line, source): the releases' own lines (engine_log's docstring says where each is logged)

@@ -257,7 +257,7 @@ def test_failed_streams_have_no_continuity_fields(case):
 def test_the_outcome_has_the_record_fields_so_the_session_can_build_a_record():
     from dataclasses import asdict
 
-    from loadtest.records import RequestRecord
+    from ttsrecords.records import RequestRecord
 
     clk = Clock()
     out = stream(clk, (0.2, pcm(0.5)), (0.8, pcm(1.0)))

@@ -15,8 +15,8 @@ import pytest
 from conftest import LOCUST, ROOT, FakeServer, free_port, locust, write_scenario
 
 from loadtest.plan import effective_scenario
-from loadtest.records import read_jsonl, read_requests
 from tools.sim_server import SimServer
+from ttsrecords.records import read_jsonl, read_requests
 
 pytestmark = pytest.mark.slow  # Locust and a server, each in its own process
 

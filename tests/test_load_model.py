@@ -8,10 +8,10 @@ import time
 import pytest
 from conftest import locust, one_error, write_scenario
 
-from loadtest.records import read_requests
 from loadtest.session import FAIL_FAST_EXIT, FAIL_FAST_REQUESTS, FailFast, served_model
 from tools.sim_server import SimServer
 from tts_predictor.domain import MODEL_NAME
+from ttsrecords.records import read_requests
 
 
 class _Resp:

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from loadtest.records import (
+from ttsrecords.records import (
     BLOCK_SCHEMA,
     COUNTERS_SCHEMA,
     REQUEST_FIELDS,
@@ -43,7 +43,7 @@ def rec(**kw):
 
 
 def test_schema_ids_are_the_documented_ones():
-    from loadtest import records
+    from ttsrecords import records
 
     assert (records.REQUEST_SCHEMA, records.COUNTERS_SCHEMA, records.RUN_SCHEMA, records.AB_SCHEMA,
             records.BLOCK_SCHEMA, records.START_SCHEMA, records.TELEMETRY_SCHEMA, records.LOOK_SCHEMA,
@@ -163,7 +163,7 @@ def test_version_1_lines_still_read():
 
 
 def test_failed_requests_are_data_not_an_invalid_block():
-    from loadtest.records import request_outcomes, request_verdict
+    from ttsrecords.records import request_outcomes, request_verdict
 
     rows = [{"phase": "measure", "ok": True}, {"phase": "measure", "ok": False, "error": "http 503: busy"},
             {"phase": "warmup", "ok": False, "error": "http 500"}]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from loadtest.records import COUNTERS_SCHEMA
-from loadtest.scraper import Scraper, compute_delta, parse_metrics, sample_key
+from loadtest.scraper import Scraper, compute_delta, parse_metrics
 from tts_predictor import metrics as m
+from ttsrecords.records import COUNTERS_SCHEMA
+from ttsrecords.samples import sample_key
 
 
 class Server:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from loadtest.records import MICRO_SCHEMA
 from tools import micro
 from tts_predictor.domain import VARIANT_NAMES
 from tts_predictor.metrics import syncs_per_call
+from ttsrecords.records import MICRO_SCHEMA
 
 
 def test_micro_cli_writes_results(tmp_path, capsys):

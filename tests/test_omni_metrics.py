@@ -1,12 +1,12 @@
-"""vllm_omni:* per-window deltas (loadtest/omni_metrics.py) on hand-made snapshots with known answers.
+"""vllm_omni:* per-window deltas (ttsreport/omni_metrics.py) on hand-made snapshots with known answers.
 The same function over the real 0.30.0 exposition: tests/upstream (make test-upstream)."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadtest.omni_metrics import exposed, quantile, window_delta
 from loadtest.scraper import parse_metrics
+from ttsreport.omni_metrics import exposed, quantile, window_delta
 
 L = {"model_name": "m", "stage": "1", "replica": "0"}
 TTFP = "vllm_omni:audio_ttfp_s"

@@ -1,5 +1,5 @@
 """The run's contract across the seam between the load side and the statistics, with the real writer and the real
-reader on both sides: the sequential settings in one home (design.sequential, loadtest.runsettings) that the planner
+reader on both sides: the sequential settings in one home (design.sequential, ttsrecords.runsettings) that the planner
 writes and the runner and ttsreport read, the runner's look log under its own key, invalid MIN_ROUNDS / MAX_ROUNDS
 refused before a run starts, the look counting the unit it tests (starts in a nested design) with the last look
 deciding, no overflow at an early look, the pre-registered analysis settings, and the run folder that carries its
@@ -19,9 +19,9 @@ import synthetic_runs as sr
 from conftest import ROOT
 
 from loadtest import ab, plan, runner
-from loadtest import records as rec
-from loadtest import runsettings as rs
 from loadtest.experiment import ExperimentError, load_experiment
+from ttsrecords import records as rec
+from ttsrecords import runsettings as rs
 from ttsreport import __main__ as cli
 from ttsreport import inference as inf
 from ttsreport import prediction

@@ -10,10 +10,11 @@ import subprocess
 
 import pytest
 
-from loadtest import ab, plan, records, runner
-from loadtest import runsettings as rs
+from loadtest import ab, plan, runner
 from loadtest.design import rounds_of
 from tts_predictor import metrics as m
+from ttsrecords import records
+from ttsrecords import runsettings as rs
 
 
 @pytest.fixture

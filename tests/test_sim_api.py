@@ -187,3 +187,20 @@ def test_client_closing_streams_is_counted_quietly():
         log = s.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "closing transport" not in log, log[-3000:]
     assert len(log.encode()) < 2000, log[-3000:]
+
+
+def test_lone_surrogate_in_input_is_not_a_server_error(sim):
+    # JSON may carry "\ud800"; the simulator's frame table encoded the text as strict UTF-8 and answered 500
+    r = httpx.post(sim.url + "/v1/audio/speech", content=b'{"input": "a\\ud800b"}',
+                   headers={"Content-Type": "application/json"}, timeout=20)
+    assert r.status_code == 200 and r.headers["Content-Type"] == "audio/wav"
+    assert sf.read(io.BytesIO(r.content), dtype="int16")[0].size == frames_for("a\ud800b") * SPF
+
+
+@pytest.mark.parametrize("ctype, status", [("application/json; charset=utf-8", 200),
+                                           ("application/json ; charset=utf-8", 400), ("text/plain", 400)])
+def test_content_type_media_type_as_vllm_reads_it(sim, ctype, status):
+    # vLLM 0.16.0's validate_json_request compares the text before ";" unstripped: a blank before ";" is refused
+    r = httpx.post(sim.url + "/v1/audio/speech", content=b'{"input": "hi"}', headers={"Content-Type": ctype},
+                   timeout=20)
+    assert r.status_code == status

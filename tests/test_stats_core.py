@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import make_run
 
-from loadtest import records
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
+from ttsrecords import records
 from ttsreport.analysis import Options, summarize, write_statistics
 from ttsreport.blocks import level_stats
 from ttsreport.prediction import read_micro

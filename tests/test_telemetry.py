@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadtest import records
 from loadtest.telemetry import MIB, HostCpu, Nvml, ProcessTree, Telemetry, container_gpus, describe
+from ttsrecords import records
 
 
 def write_proc(root, pid, ppid, ticks, rss_pages, start="100"):

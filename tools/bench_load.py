@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtest.records import read_requests
 from loadtest.server_process import ROOT, ServerProcess, ServerSpec
+from ttsrecords.records import read_requests
 
 
 def pin(cpu: int) -> list[str]:

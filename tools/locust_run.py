@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from loadtest.records import REQUEST_SCHEMA
 from loadtest.scenario import SCENARIO_SCHEMA
 from loadtest.server_process import ROOT
+from ttsrecords.records import REQUEST_SCHEMA
 
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py")]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from loadtest.records import MICRO_SCHEMA
 from tts_predictor.sync_observer import SyncObserver
 from tts_predictor.variants import VARIANTS
+from ttsrecords.records import MICRO_SCHEMA
 
 BLOCK_SIZE = 16
 SIZES = (1, 4, 8, 16, 32, 64, 128, 256)

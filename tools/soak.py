@@ -25,12 +25,12 @@ from pathlib import Path
 
 import httpx
 
-from loadtest.records import read_jsonl
 from loadtest.scraper import samples
 from loadtest.server_process import ROOT
 from tools.sim_server import SimServer
 from tts_predictor.domain import VARIANT_NAMES
 from tts_predictor.metrics import ENGINE_REQUESTS
+from ttsrecords.records import read_jsonl
 
 MONOTONIC_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from loadtest import runsettings as rs
-from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
+from ttsrecords import runsettings as rs
+from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 
 from . import audiolength
 from . import inference as inf
@@ -111,7 +111,7 @@ def primary_of(manifest: dict) -> tuple[str, str]:
 
 
 def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict | None:
-    """The sequential settings of a run (None: a fixed design), as the planner wrote them (loadtest.runsettings),
+    """The sequential settings of a run (None: a fixed design), as the planner wrote them (ttsrecords.runsettings),
     with alpha (1 - confidence unless recorded) and the margin (the run's unless recorded)."""
     try:
         seq = rs.sequential_of(manifest)

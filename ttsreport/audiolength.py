@@ -5,7 +5,7 @@ every request to its talker stage's max_tokens (or the codec end id), later rele
 max_new_tokens and 0.32.0rc1 caps runaway outputs, so two arms can differ in audio per request for reasons that are
 not speed. Per prompt present in both arms, d = ln(mean audio_s of B / mean audio_s of A); the prompts are the units
 of a Student t interval. The arms differ when the interval excludes 0 (ratio 1) and the ratio is beyond a tolerance.
-Pure: lists of request dicts (loadtest.records.RequestRecord.to_dict) in, one dict out.
+Pure: lists of request dicts (ttsrecords.records.RequestRecord.to_dict) in, one dict out.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Per-window numbers of a run: loading a run folder and the metrics of each window (block) and level.
 
-Pure functions over the stored files (loadtest.records is their contract; a file of an unknown schema is refused with
+Pure functions over the stored files (ttsrecords.records is their contract; a file of an unknown schema is refused with
 a one-line message); rounds.py pairs the windows and analysis.py compares them. Besides the metric table's values,
 each level of a window carries the sampling variance of its metrics inside the window (for the variance components
 of a nested design), its streaming continuity, the server's telemetry and vllm-omni's own series over the measure
@@ -10,17 +10,17 @@ window, and the requests that spanned a variant switch (left out of the window's
 from __future__ import annotations
 
 import math
-import re
 import zlib
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from loadtest import omni_metrics
-from loadtest import records as rec
-from loadtest.measures import METRICS, PRIMARY_METRIC, VERDICT_METRICS, Metric  # noqa: F401 (re-exported)
 from tts_predictor import metrics as pm
+from ttsrecords import records as rec
+from ttsrecords.measures import METRICS, PRIMARY_METRIC, VERDICT_METRICS, Metric  # noqa: F401 (re-exported)
+from ttsrecords.samples import rows_of, stored_total
+from ttsreport import omni_metrics
 
 WITHIN_RESAMPLES = 200  # bootstrap resamples over a window's requests for the sampling variance of a percentile
 QUANTILE_METRICS = {"e2e_p50": ("e2e_s", 50), "e2e_p90": ("e2e_s", 90), "e2e_p99": ("e2e_s", 99),
@@ -112,11 +112,6 @@ def _deltas(counters: list[dict]) -> dict[int, dict]:
     return {int(c["concurrency"]): c for c in rec.deltas(counters, "measure") if c.get("concurrency") is not None}
 
 
-def _sample_sum(samples: dict, name: str) -> float | None:
-    vals = [v for k, v in (samples or {}).items() if k == name or k.startswith(name + "{")]
-    return float(sum(vals)) if vals else None
-
-
 def _snapshots(counters: list[dict], edge: str) -> dict[int, dict]:
     """The ok snapshot at one edge per level (the last one wins)."""
     return {int(c["concurrency"]): c for c in counters if c.get("kind") == "snapshot" and c.get("edge") == edge
@@ -144,36 +139,13 @@ def _snapshot_pairs(counters: list[dict], value, keep=lambda a, b: True) -> dict
 
 def _snapshot_deltas(counters: list[dict], name: str) -> dict[int, float]:
     """Per level: end minus start of a counter in the raw snapshots (for names the delta lines do not carry)."""
-    pairs = _snapshot_pairs(counters, lambda c: _sample_sum(c.get("samples"), name))
+    pairs = _snapshot_pairs(counters, lambda c: stored_total(c.get("samples"), name))
     return {lv: b - a for lv, (a, b) in pairs.items()}
 
 
 def measure_edges(counters: list[dict]) -> dict[int, tuple[float, float]]:
     """Measure window per level from the scraper's start/end snapshots (absolute epoch seconds)."""
     return _snapshot_pairs(counters, lambda c: None if c.get("t") is None else float(c["t"]), keep=lambda a, b: b > a)
-
-
-_KEY = re.compile(r"^([^{]+)(?:\{(.*)\})?$", re.S)
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def _unescape(v: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), v)
-
-
-def sample_rows(samples: dict, prefix: str = "") -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) rows of a snapshot's samples whose name starts with `prefix`: the inverse of the
-    scraper's `name{k="v",...}` keys (the record contract's snapshot format), for loadtest.omni_metrics."""
-    rows = []
-    for key, value in (samples or {}).items():
-        if not key.startswith(prefix):
-            continue
-        m = _KEY.match(key)
-        if m is None or value is None:
-            continue
-        labels = {k: _unescape(v) for k, v in _LABEL.findall(m.group(2) or "")}
-        rows.append((m.group(1), labels, float(value)))
-    return rows
 
 
 # ----------------------------------------------------------------------------------------------- one window, one level
@@ -349,15 +321,15 @@ def telemetry_window(samples: list[dict], edges: tuple[float, float] | None) -> 
 
 
 def upstream_window(counters: list[dict], level: int) -> dict | None:
-    """vllm-omni's own series over one measure window (loadtest.omni_metrics.window_delta), None when the server
+    """vllm-omni's own series over one measure window (ttsreport.omni_metrics.window_delta), None when the server
     exposes none of them (our 0.16.0 plugin, the simulator)."""
     start, end = _snapshots(counters, "start").get(level), _snapshots(counters, "end").get(level)
     if end is None:
         return None
-    end_rows = sample_rows(end.get("samples"), omni_metrics.PREFIX)
+    end_rows = rows_of(end.get("samples"), omni_metrics.PREFIX)
     if not end_rows:
         return None
-    start_rows = sample_rows(start.get("samples"), omni_metrics.PREFIX) if start is not None else None
+    start_rows = rows_of(start.get("samples"), omni_metrics.PREFIX) if start is not None else None
     delta = omni_metrics.window_delta(start_rows, end_rows)
     return {kind: {k: v for k, v in fams.items() if v is not None} for kind, fams in delta.items()}
 

@@ -5,10 +5,10 @@ across its runs, and the progress of a run while it writes its files.
     python -m ttsreport.dashboard [reports] --serve [--port 8765]             (make dashboard SERVE=1)
 
 The page is a pure function of the run folders: it reads each run's own files through their readers (the manifest,
-block.json and looks through loadtest.records, the statistics through ttsreport.report.load, which also gives the
+block.json and looks through ttsrecords.records, the statistics through ttsreport.report.load, which also gives the
 headline cards) and computes no statistic. A folder that cannot be read is listed with the reason, never dropped.
 `--serve` serves the page on 127.0.0.1 only, rebuilt on every request, and the page re-reads itself every few seconds,
-so a running A/B run shows its progress (the runner's progress.json, loadtest.records.Progress). Bad input: one
+so a running A/B run shows its progress (the runner's progress.json, ttsrecords.records.Progress). Bad input: one
 line on stderr, exit 2.
 """
 
@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from loadtest import records as rec
+from ttsrecords import records as rec
 
 from . import plots
 from . import report as rep

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special as sc
 
-from loadtest.runsettings import MAX_SEQ_UNITS, MIN_UNITS
+from ttsrecords.runsettings import MAX_SEQ_UNITS, MIN_UNITS
 
 KINDS = ("faster", "slower", "equivalent", "inconclusive", "failed", "no_spread")
 CLAIMS = ("faster", "slower", "equivalent")  # the kinds that say something about the arms

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest import records as rec
+from ttsrecords import records as rec
 
 from . import rounds as rd
 from .analysis import (

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest import records as rec
+from ttsrecords import records as rec
 
 from . import inference as inf
 from . import rounds as rd

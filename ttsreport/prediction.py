@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.records import MICRO_SCHEMA, sim_profile_copy
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ, DECODE_CALLS_PER_STEP, PREFILL_CALLS_PER_STEP
+from ttsrecords.records import MICRO_SCHEMA, sim_profile_copy
 from ttssim import fit as sim_fit
 from ttssim.config import load_config
 
@@ -107,7 +107,7 @@ def sim_setup(manifest: dict, run_dir: str | Path | None = None) -> dict | None:
 
     Version 1 and the shorthand runs record `sim_config.path` and `settings.sim_set`; an experiment run records each
     arm's `sim_config` and `sim_set` (loadtest.experiment.arm_manifest). The profile and its fit are read from the
-    run folder's copy (loadtest.records.sim_profile_copy); a folder written before runs carried one falls back to
+    run folder's copy (ttsrecords.records.sim_profile_copy); a folder written before runs carried one falls back to
     this checkout's file, and `from_checkout` says so."""
     arms = ((manifest.get("experiment") or {}).get("arms") or manifest.get("arms") or {})
     arm_a = arms.get("A") if isinstance(arms, dict) else None

@@ -17,7 +17,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtest.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from ttssim import heldout
 
 from . import plots
 
@@ -108,7 +109,7 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
         fid = summary.get("fidelity") or {}
         line = fid.get("line") or (f"fidelity: {fid['reason']}" if fid.get("reason") else "fidelity: not recorded")
         out.append(("sim", "SIMULATED BACKEND — these numbers come from the ttssim simulator (modelled step times + the "
-                           f"real variant code on CPU), not from vllm-omni on a GPU. {line}"))
+                           f"real variant code on CPU), not from vllm-omni on a GPU. {line}; {heldout.line()}"))
     be = summary.get("backend") or {}
     if isinstance(be, dict) and be.get("name") == "vllm-cpu":
         out.append(("warn", "REAL vllm-omni 0.16.0 SERVER ON CPU — the serving pipeline is real (API server, stage "

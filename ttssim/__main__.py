@@ -21,13 +21,14 @@ from pathlib import Path
 from tts_predictor.control import ENV_CONTROL  # plain Python: a bad argument fails before torch is imported
 from tts_predictor.domain import VARIANT_NAMES
 
-from . import __version__
+from . import __version__, heldout
 
 BANNER = """\
 ################################################################################################
 ##  SIMULATED vllm-omni 0.16.0 -- ttssim {version}: NOT a real TTS server.
 ##  The predictor variant '{variant}' runs for real on {device}; everything else (talker, code2wav,
 ##  GPU stalls, audio) is MODELLED from {config}. /metrics says backend="simulated".
+##  {heldout}
 ##  Listening on http://{host}:{port}
 ################################################################################################"""
 
@@ -104,7 +105,8 @@ async def serve(args, cfg, control=None) -> None:
     await site.start()
     port = runner.addresses[0][1]
     print("ttssim: all stages initialized (the engine steps; vllm-omni logs its own line here)", flush=True)
-    print(BANNER.format(version=__version__, variant=engine.variant, device=engine.device, host=args.host, port=port,
+    print(BANNER.format(heldout=heldout.line(), version=__version__, variant=engine.variant, device=engine.device,
+                        host=args.host, port=port,
                         config=args.config or "the built-in defaults (= configs/sim/default.yaml)"), flush=True)
     if control is not None:
         print(f"##  Control file {args.control}: variant and sync observer switch at step boundaries "

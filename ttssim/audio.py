@@ -43,8 +43,10 @@ class Voice:
 
     def frame_index(self, text: str, num_frames: int) -> np.ndarray:
         """Which table row each frame uses: a pure function of the text."""
-        seed = hashlib.sha256(text.encode("utf-8")).digest()[0] % _TABLE_SIZE
-        codes = np.frombuffer(text.encode("utf-8") or b"\0", dtype=np.uint8).astype(np.int64)
+        # surrogatepass: JSON may carry a lone surrogate ("\ud800"); strict UTF-8 raised and the request got a 500
+        raw = text.encode("utf-8", "surrogatepass")
+        seed = hashlib.sha256(raw).digest()[0] % _TABLE_SIZE
+        codes = np.frombuffer(raw or b"\0", dtype=np.uint8).astype(np.int64)
         k = np.arange(num_frames, dtype=np.int64)
         return (codes[k % codes.size] * 7 + k * 5 + seed) % _TABLE_SIZE
 

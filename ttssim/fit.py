@@ -24,7 +24,9 @@ import numpy as np
 
 from tts_predictor import domain
 from tts_predictor import metrics as M
+from ttsrecords.samples import stored_total
 
+from . import model as sim_model
 from . import public, virtual
 from .config import FIT_SUFFIX, SimConfig, load_config
 
@@ -32,9 +34,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # --- predictions of the public metrics ------------------------------------------------------------------------
-def level_metrics(cfg: SimConfig, load: virtual.Workload, variant: str) -> dict[str, float]:
+def level_metrics(cfg: SimConfig, load: virtual.Workload, variant: str,
+                  variant_step_s: Callable[[str, int], float] = sim_model.gpu_host_variant_step_s,
+                  ) -> dict[str, float]:
     """vllm bench serve's metrics for one level, from the virtual engine (units as in ttssim.public)."""
-    r = virtual.run(cfg, load, variant)
+    r = virtual.run(cfg, load, variant, variant_step_s)
     fps = domain.CODEC_FRAME_RATE_HZ
     audio = [o.frames / fps for o in r.outcomes]
     return {
@@ -49,7 +53,6 @@ def level_metrics(cfg: SimConfig, load: virtual.Workload, variant: str) -> dict[
 
 def step_ms(cfg: SimConfig, batch: int, variant: str) -> float:
     """Modelled talker step at a steady batch (no admissions), ms."""
-    from . import model as sim_model
 
     return 1e3 * sim_model.step_target_s(cfg.model, batch, 0, sim_model.gpu_host_variant_step_s(variant, batch), 0,
                                          "cuda")
@@ -253,11 +256,6 @@ def _delta(a: dict, b: dict, key: str) -> float:
     return float(b.get(key, 0.0)) - float(a.get(key, 0.0))
 
 
-def _sum_labelled(samples: dict, name: str) -> float:
-    """Sum of a metric over its label sets (the run's arm has one variant; a hot swap would need a split)."""
-    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
-
-
 def read_windows(run: Path) -> list[Window]:
     """Windows from reports/<run>/blocks/*/counters.jsonl (start/end snapshots) and requests.jsonl."""
     files = sorted(run.glob("blocks/*/counters.jsonl")) or sorted(run.glob("counters.jsonl"))
@@ -285,7 +283,7 @@ def read_windows(run: Path) -> list[Window]:
             if "start" not in pair or "end" not in pair:
                 continue
             a, b = pair["start"], pair["end"]
-            d = {name: _sum_labelled(b, name) - _sum_labelled(a, name) for name in (
+            d = {name: (stored_total(b, name) or 0.0) - (stored_total(a, name) or 0.0) for name in (
                 M.STEP_INTERVAL + "_sum", M.STEP_INTERVAL + "_count", M.STEP_BATCH + "_sum", M.STEP_BATCH + "_count",
                 M.SECONDS + "_sum", M.SIM_STALL_SECONDS, M.SIM_INJECTED_SECONDS, M.SIM_PREFILLS)}
             if d[M.STEP_INTERVAL + "_count"] <= 0:
@@ -301,6 +299,58 @@ def read_windows(run: Path) -> list[Window]:
     return out
 
 
+def whole_step(windows: Sequence[Window]) -> list[Window]:
+    """The windows with the predictor's measured time left inside the rest of the step: for a profile whose
+    variant host time is not modelled apart (the CPU server's, predicted with no_host_time)."""
+    return [dataclasses.replace(w, predictor_s=0.0) for w in windows]
+
+
+def no_host_time(variant: str, batch: int) -> float:
+    """Variant host time of a whole-step profile: already inside base_ms and per_request_ms."""
+    return 0.0
+
+
+def measured_ttfa_p50(run: Path, concurrency: int) -> tuple[float, list[int]]:
+    """(p50 time to first audio in s, frames of each request) of a run's measured ok requests at one level."""
+    recs = [json.loads(line) for f in (sorted(run.glob("blocks/*/requests.jsonl")) or [run / "requests.jsonl"])
+            for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ok = [r for r in recs if r.get("ok") and r.get("phase") == "measure" and r.get("concurrency") == concurrency
+          and r.get("ttfa_s") is not None]
+    if not ok:
+        raise ValueError(f"{run}: no measured ok request with a TTFA at c={concurrency}")
+    frames = [max(1, round(r["audio_s"] * domain.CODEC_FRAME_RATE_HZ)) for r in ok]
+    return virtual.median([r["ttfa_s"] for r in ok]), frames
+
+
+def fit_code2wav(cfg: SimConfig, run: Path, levels: Sequence[int], variant: str = "fixed",
+                 variant_step_s: Callable[[str, int], float] = no_host_time) -> FitResult:
+    """code2wav_chunk_ms from the measured p50 TTFA at `levels` (step parameters already in cfg): the virtual
+    engine's closed loop at each level, residual ln(model/measured)."""
+    targets = [(c, *measured_ttfa_p50(run, c)) for c in levels]
+
+    def fun(x):
+        c2 = with_params(cfg, ["code2wav_chunk_ms"], x)
+        out = []
+        for c, ttfa, frames in targets:
+            load = virtual.Workload(c, max(len(frames), 3 * c), tuple(frames), c)
+            out.append(math.log(level_metrics(c2, load, variant, variant_step_s)["ttfp_p50"] / (1e3 * ttfa)))
+        return np.array(out)
+
+    return least_squares(fun, [max(cfg.model.code2wav_chunk_ms, 1.0)], ["code2wav_chunk_ms"])
+
+
+def merged(a: FitResult, b: FitResult) -> FitResult:
+    """Two fits of disjoint parameters side by side (taken as independent)."""
+    n = len(a.names) + len(b.names)
+    cov = [[0.0] * n for _ in range(n)]
+    for off, f in ((0, a), (len(a.names), b)):
+        for i, row in enumerate(f.cov):
+            for j, v in enumerate(row):
+                cov[off + i][off + j] = v
+    return FitResult(a.names + b.names, a.values + b.values, cov, a.chi2 + b.chi2, a.dof + b.dof,
+                     max(a.scale, b.scale))
+
+
 def fit_windows(windows: Sequence[Window]) -> FitResult:
     """OLS of the rest of a step (interval minus predictor time, stall and injected delay) on (1, batch,
     admissions per step), each window weighted by its step count; covariance from the residual variance."""
@@ -312,7 +362,7 @@ def fit_windows(windows: Sequence[Window]) -> FitResult:
         y.append(rest * 1e3)
         w.append(n)
     X, Y, W = np.array(rows), np.array(y), np.array(w)
-    keep = [j for j in range(3) if np.ptp(X[:, j]) > 1e-9 or j == 0]
+    keep = [j for j in range(3) if np.ptp(X[:, j]) > 1e-9 or j == 0][:len(windows)]  # no more unknowns than windows
     names = [("base_ms", "per_request_ms", "prefill_ms")[j] for j in keep]
     X = X[:, keep]
     sw = np.sqrt(W / W.mean())
@@ -344,6 +394,11 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="with --public: regenerate configs/sim profiles + .fit.json")
     p.add_argument("--base", default="configs/sim/default.yaml", help="config whose other values the output keeps")
     p.add_argument("--out", default=None, help="write the fitted config here (and <out>.fit.json)")
+    p.add_argument("--levels", default="", help="comma-separated concurrencies to fit on (default: every level)")
+    p.add_argument("--whole-step", action="store_true",
+                   help="keep the predictor's measured time inside the step (a profile run with no host time model)")
+    p.add_argument("--ttfa", action="store_true",
+                   help="also fit code2wav_chunk_ms to the measured p50 time to first audio at the fit levels")
     args = p.parse_args(argv)
     try:
         if args.public:
@@ -364,7 +419,19 @@ def main(argv=None) -> int:
         if not run.is_dir():
             raise ValueError(f"{run}: not a directory")
         windows = read_windows(run)
+        levels = [int(x) for x in args.levels.split(",") if x.strip()] if args.levels else []
+        if levels:
+            windows = [w for w in windows if w.concurrency in levels]
+            if not windows:
+                raise ValueError(f"{run}: no window at the levels {levels}")
+        if args.whole_step:
+            windows = whole_step(windows)
         fit = fit_windows(windows)
+        if args.ttfa:
+            stepped = with_params(base, fit.names, fit.values)
+            fit = merged(fit, fit_code2wav(stepped, run, levels or sorted({w.concurrency for w in windows}),
+                                           variant_step_s=no_host_time if args.whole_step else
+                                           sim_model.gpu_host_variant_step_s))
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         print(f"ttssim.fit: {e}", file=sys.stderr)
         return 2
@@ -372,8 +439,13 @@ def main(argv=None) -> int:
         print(f"{n} = {v:.4g} +- {s:.2g}")
     print(f"{len(windows)} windows, residual sd {fit.scale:.3g} ms/step")
     if args.out:
-        write_config(Path(args.out), base, fit, f"Fitted by `python -m ttssim.fit {args.run}` from its step clock "
+        cmd = " ".join(["python -m ttssim.fit", *(argv if argv is not None else sys.argv[1:])])
+        write_config(Path(args.out), base, fit, f"Fitted by `{cmd}` from its step clock "
                      f"({len(windows)} windows).\nOther values from {args.base}.")
+        if levels:  # which levels the fit saw: a comparison holds the others out
+            side = Path(str(args.out) + FIT_SUFFIX)
+            side.write_text(json.dumps(json.loads(side.read_text(encoding="utf-8")) | {"levels": levels}, indent=1)
+                            + "\n", encoding="utf-8")
         print(f"wrote {args.out} and {args.out}{FIT_SUFFIX}")
     return 0
 

@@ -80,7 +80,7 @@ def error_response(message: str, status: int = 400, err_type: str = "BadRequestE
 
 
 def is_json_content_type(value: str) -> bool:
-    return value.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+    return value.split(";", 1)[0].lower() == JSON_MEDIA_TYPE  # no strip: vLLM refuses "application/json ; ..."
 
 
 def validate_body(body, model_name: str, audio_cfg, voices=()) -> dict:
@@ -195,7 +195,15 @@ async def resolve_ref_audio(ref: str, server_cfg, audio_cfg) -> None:
             async with ClientSession(timeout=timeout) as s, s.get(ref, allow_redirects=False) as r:
                 if r.status != 200:
                     raise ApiError(f"ref_audio URL returned HTTP {r.status}", param="ref_audio")
-                raw = await r.content.read(limit + 1)
+                # read to EOF or past the limit: one read(n) returns only what is buffered, so a short first
+                # chunk used to pass as the whole file and the size and length limits never applied to URLs
+                buf = bytearray()
+                while len(buf) <= limit:
+                    chunk = await r.content.read(limit + 1 - len(buf))
+                    if not chunk:
+                        break
+                    buf += chunk
+                raw = bytes(buf)
         except ApiError:
             raise
         except Exception as e:  # network errors of every kind become a 400, like vllm-omni's ValueError path

@@ -332,7 +332,7 @@ class _FakeDownload:
         return False
 
     def get(self, url, **kw):
-        reader = SimpleNamespace(read=_async_return(WAV))
+        reader = SimpleNamespace(read=_stream_of(WAV))
         return _Ctx(SimpleNamespace(status=200, content=reader))
 
 
@@ -347,9 +347,16 @@ class _Ctx:
         return False
 
 
-def _async_return(value):
+def _stream_of(data: bytes):
+    """An aiohttp StreamReader's read(n) over `data`: at most n bytes a call, then b"" at the end (the simulator
+    reads until the end or past its byte limit)."""
+    left = bytearray(data)
+
     async def read(n=-1):
-        return value
+        size = len(left) if n is None or n < 0 else min(n, len(left))
+        out = bytes(left[:size])
+        del left[:size]
+        return out
 
     return read
 

@@ -43,10 +43,10 @@ for _name in ("vllm_omni", "vllm_omni.entrypoints", "vllm_omni.entrypoints.opena
 import yaml  # noqa: E402
 from prometheus_client import REGISTRY, generate_latest  # noqa: E402
 
-from loadtest import omni_metrics  # noqa: E402
 from loadtest.prompts import load_voice, speech_payload  # noqa: E402
 from loadtest.scraper import parse_metrics  # noqa: E402
 from tts_predictor.domain import MODEL_NAME  # noqa: E402
+from ttsreport import omni_metrics  # noqa: E402
 
 pytestmark = pytest.mark.upstream
 ROOT = Path(__file__).resolve().parents[2]
