@@ -17,10 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loadtest import engine_log, preflight
+from loadtest import experiment as ex
 from loadtest.client import HttpxTransport, run_request
 from loadtest.prompts import load_corpus, load_voice, speech_payload
+from loadtest.readiness import confirm_ready, make_probe, prime
 from loadtest.scraper import parse_metrics
-from loadtest.server_process import ROOT, ServerProcess, ServerSpec, free_port
+from loadtest.server_process import ROOT, ServerError, ServerProcess, ServerSpec, free_port
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import BYTES_PER_SAMPLE, CODEC_FRAME_RATE_HZ, MODEL_NAME, SAMPLES_PER_CODEC_FRAME
@@ -174,6 +177,24 @@ def _sum(rows, name, **labels):
     return sum(v for n, lab, v in rows if n == name and all(lab.get(k) == x for k, x in labels.items()))
 
 
+def test_ready_means_the_stages_said_so_and_one_request_answered(real):
+    """The runner's and preflight's readiness on the real server: the log's stage line, then one Base request."""
+    state, line = engine_log.stages_state(real.proc.log_tail(4_000_000))
+    assert state == "ready" and "All stages initialized successfully" in line, (state, line)
+    detail = confirm_ready(real.proc, make_probe(MODEL_NAME), timeout_s=300)
+    assert detail.startswith("stages initialised") and "one base request answered" in detail, detail
+    print(f"\ntest-real: ready: {detail}")
+
+
+def test_priming_sends_as_many_concurrent_untimed_requests_as_asked(real):
+    n = 3
+    before = _sum(real.metrics(), pm.CALLS)
+    outs = prime(real.url, make_probe(MODEL_NAME), n)
+    assert len(outs) == n and all(o.ok for o in outs), [o.error for o in outs]
+    assert all(o.audio_s == pytest.approx(AUDIO_FRAMES / CODEC_FRAME_RATE_HZ) for o in outs), [o.audio_s for o in outs]
+    assert _sum(real.metrics(), pm.CALLS) > before  # they reached the talker worker's predictor
+
+
 def test_positive_control_delay_is_applied_counted_and_switched_off(real):
     delay_us = 2000
     real.switch("vectorized", host_delay_us=delay_us)
@@ -192,6 +213,45 @@ def test_positive_control_delay_is_applied_counted_and_switched_off(real):
     mid = real.metrics()
     assert real.request("wav").ok
     assert _sum(real.metrics(), pm.HOST_DELAY_CALLS) == _sum(mid, pm.HOST_DELAY_CALLS)
+
+
+def _engine_cores(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if title.startswith(b"VLLM::EngineCore"):
+            out.append(pid)
+    return sorted(out)
+
+
+def test_zy_a_dead_engine_is_seen_while_health_still_answers_and_stops_the_checks(real):
+    """Second to last: the engine cores killed (as a fatal request kills one) leave /health at 200 on vllm-omni 0.16.0;
+    the log says so, readiness refuses the start and preflight's request loop stops at the first failure."""
+    real.tracker.sample()
+    cores = _engine_cores(real.tracker.pids)
+    assert len(cores) == 2, cores  # one per stage (talker, code2wav)
+    for pid in cores:
+        os.kill(pid, signal.SIGKILL)
+    exp = ex.on_cpu(ex.mission("fixed", "original"))
+    server = preflight.Server(arm=exp.arms["A"], process=real.proc, control=real.control, simulated=False)
+    deadline = time.monotonic() + 60
+    while preflight.engine_dead(server) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    why = preflight.engine_dead(server)
+    assert why and why.startswith("the server log says"), why
+    assert httpx.get(f"{real.url}/health", timeout=10).status_code == 200  # /health checks nothing
+    with pytest.raises(ServerError, match="not ready: the server log says .*died unexpectedly"):
+        confirm_ready(real.proc, make_probe(MODEL_NAME), timeout_s=120)
+    lines: list[str] = []
+    rep = preflight.Report(print_line=lines.append)
+    probe = preflight.request_fallback(rep, preflight.Shell(False, lines.append), exp, server, "request.base")
+    assert probe is None
+    assert [c.status for c in rep.checks] == ["fail"], rep.checks
+    assert "the engine died on a base request" in rep.checks[0].detail and "stop here" in rep.checks[0].detail
+    print(f"\ntest-real: dead engine: {why}")
 
 
 def test_zz_sigterm_leaves_no_process_and_no_shared_memory(real):
