@@ -732,10 +732,15 @@ def length_control(arm: Arm) -> dict[str, Any]:
     if arm.backend == "sim":
         from ttssim.config import load_config
 
-        cfg = load_config(ROOT / arm.sim.config if arm.sim and arm.sim.config else None,
-                          list(arm.sim.set) if arm.sim else [])
-        lc = {"honours": REQUEST_LENGTH, "max_frames": REQUEST_MAX_NEW_TOKENS or cfg.audio.default_max_new_tokens,
-              "source": "the simulator's audio.default_max_new_tokens (requests send none)", "cap": None}
+        try:
+            cfg = load_config(ROOT / arm.sim.config if arm.sim and arm.sim.config else None,
+                              list(arm.sim.set) if arm.sim else [])
+        except (OSError, ValueError) as e:  # the server refuses the same settings at its start, where the run says so
+            cfg, why = None, str(e)
+        lc = {"honours": REQUEST_LENGTH,
+              "max_frames": REQUEST_MAX_NEW_TOKENS or (cfg.audio.default_max_new_tokens if cfg else None),
+              "source": "the simulator's audio.default_max_new_tokens (requests send none)" if cfg else
+                        f"the simulator's config did not load ({why})", "cap": None}
     elif arm.backend == CPU_BACKEND or arm.vllm_omni == PLUGIN_VERSION:
         stages = CPU_STAGES if arm.backend == CPU_BACKEND else f"configs/stages/{arm.stages}"
         lc = {"honours": STAGE_LENGTH, "max_frames": _talker_max_tokens(ROOT / stages),

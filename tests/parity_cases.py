@@ -218,3 +218,60 @@ def outcome(status: int, ctype: str, body: bytes) -> dict:
 
 def raw(case: Case) -> bytes:
     return case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
+
+
+def network_bound(case: Case) -> bool:
+    """A URL reference: its answer depends on DNS and a download (stubbed in the engine tier, absent on this box)."""
+    return isinstance(case.body, dict) and str(case.body.get("ref_audio") or "").lower().startswith(("http", "ftp"))
+
+
+def kills_the_real_engine(body: object) -> str | None:
+    """Why vllm-omni 0.16.0 would kill its engine on this body, None if it would not (measured on the real CPU server:
+    both pass the API's validation, then the talker worker raises in its preprocess and EngineCore dies, every later
+    request fails while /health still answers): a CustomVoice request on the Base model ("Unsupported speaker:
+    Vivian", the default voice) and a Base request without ref_text and without x_vector_only_mode ("Base in-context
+    voice cloning requires `ref_text` or tokenized `ref_ids`")."""
+    if not isinstance(body, dict):
+        return None
+    task = body.get("task_type") or "CustomVoice"
+    if task == "CustomVoice":
+        return "CustomVoice on the Base model: the talker raises Unsupported speaker"
+    if task == "Base" and not body.get("ref_text") and body.get("x_vector_only_mode") is not True:
+        return "Base without ref_text or x_vector_only_mode: the talker raises in its in-context prompt"
+    return None
+
+
+def on_base(case: Case) -> Case | None:
+    """The case as the real Base server can take it over HTTP without losing its engine, or None (left to the engine
+    tier, where a fake engine cannot die). A body without a task type gets the Base fields (task_type, ref_audio,
+    ref_text) under its own keys; a Base body that is not about ref_text or x_vector_only_mode gets a ref_text; a body
+    that still kills the engine (kills_the_real_engine) or names another task type is left out; so is a URL reference
+    (network_bound)."""
+    if network_bound(case):
+        return None
+    body = case.body
+    if isinstance(body, bytes):
+        try:
+            decoded = json.loads(body)  # bytes in any JSON encoding, as the server reads them
+        except ValueError:
+            return case
+        return None if kills_the_real_engine(decoded) and "task_type" not in decoded else case
+    task = body.get("task_type", ...)
+    if task is ...:
+        body = {"task_type": "Base", "ref_audio": URI, "ref_text": "A reference.", **body}
+    elif task != "Base":
+        return None
+    about = case.id.replace("_", "-")
+    if "ref_text" not in body and "ref-text" not in about and "x-vector" not in about:
+        body = {**body, "ref_text": "A reference."}
+    if kills_the_real_engine(body) and "ref-text" not in about and "x-vector" not in about:
+        return None
+    if kills_the_real_engine(body) and not _refused_before_the_engine(body):
+        return None
+    return Case(case.id, body, case.content_type, case.stricter)
+
+
+def _refused_before_the_engine(body: dict) -> bool:
+    """A wrong JSON type is refused by the request model before anything reaches the talker."""
+    return any(not isinstance(body.get(k), (str, type(None))) for k in ("ref_text", "ref_audio", "task_type")) or \
+        not isinstance(body.get("x_vector_only_mode"), (bool, type(None)))
