@@ -129,6 +129,7 @@ ab: $(STAMP)
 		$(if $(MARGIN_PCT),--margin-pct $(MARGIN_PCT),) $(if $(CONFIDENCE),--confidence $(CONFIDENCE),) \
 		$(if $(PRIMARY_METRIC),--primary-metric $(PRIMARY_METRIC),) \
 		$(foreach kv,$(SIM_SET),--sim-set $(kv)) $(foreach kv,$(B_SIM_SET),--b-sim-set $(kv)) \
+		$(if $(B_HOST_DELAY_US),--b-host-delay-us $(B_HOST_DELAY_US),) \
 		$(if $(OUT),--out $(OUT),) $(if $(DRY_RUN),--dry-run,))
 
 demo: $(STAMP)

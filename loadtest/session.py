@@ -28,7 +28,7 @@ from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy
 from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, EdgeAction, Phase, PhaseTracker, Schedule, edge_actions
-from tts_predictor.control import write_control
+from tts_predictor.control import MAX_HOST_DELAY_US, write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
 from ttsrecords.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
 
@@ -83,6 +83,10 @@ def add_options(parser) -> None:
     g.add_argument("--control-sim", default="",
                    help='JSON object written as the control file\'s "sim" settings (the simulator\'s hot-swappable '
                         'known-answer delays, e.g. {"model.extra_step_pct": 1.0}; the A/B runner sets it)')
+    g.add_argument("--control-host-delay-us", type=float, default=0.0,
+                   help="the plugin's positive control, written into every control write as host_delay_us: a fixed "
+                        "extra host delay per build_attn_metadata call (the A/B runner sets it for an arm that carries "
+                        "it)")
 
 
 def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep, check=health) -> None:
@@ -211,6 +215,10 @@ class Session:
                 control_sim = None
             if control is None or not isinstance(control_sim, dict):
                 raise ValueError('--control-sim wants a JSON object and --control, e.g. \'{"model.extra_step_pct": 1}\'')
+        delay_us = float(o.control_host_delay_us or 0.0)
+        if delay_us and (control is None or not 0 < delay_us <= MAX_HOST_DELAY_US):
+            raise ValueError(f"--control-host-delay-us wants --control and a value above 0 and at most "
+                             f"{MAX_HOST_DELAY_US} (microseconds)")
         if o.ready_timeout:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
         model = o.model
@@ -222,6 +230,7 @@ class Session:
             "seed": seed, "variant": o.variant or None, "model": model, "request": o.request, "host": host, "metrics_urls": targets,
             "timeout_s": o.request_timeout or scenario.timeout_s, "control": control,
             "control_epoch": o.control_epoch if control else None, "control_sim": control_sim,
+            "control_host_delay_us": delay_us or None,
         }
         self.scenario = scenario
         self.tracker = PhaseTracker(Schedule(scenario, count=control is not None))
@@ -267,7 +276,8 @@ class Session:
             self.scraper = Scraper(self.run["metrics_urls"], self.counters_writer.write,
                                    variant_hint=self.run["variant"])
             self.edges = EdgeRunner(self.scraper, self.counters_writer.write, self.run.get("control"),
-                                    self.run["variant"], self.scenario, sim=self.run.get("control_sim"))
+                                    self.run["variant"], self.scenario, sim=self.run.get("control_sim"),
+                                    host_delay_us=self.run.get("control_host_delay_us"))
 
     # --- shape (local / master) -------------------------------------------------------------------------
 
@@ -487,12 +497,14 @@ class EdgeRunner:
     the load: a failed write is logged and leaves the file as it was (the manipulation check will show it)."""
 
     def __init__(self, scraper: Scraper, write_line, control: str | None, variant: str | None, scenario: Scenario,
-                 clock=time.time, sim: dict | None = None):
+                 clock=time.time, sim: dict | None = None, host_delay_us: float | None = None):
         self.scraper = scraper
         self.write_line = write_line
         self.control = control
         self.variant = variant
-        self.extra = {"sim": sim} if sim else {}  # the simulator's hot-swappable settings of this window's arm
+        # what every write carries beyond variant/observe/epoch: the simulator's hot-swappable settings of this
+        # window's arm, and the plugin's positive-control delay of an arm that carries one
+        self.extra = {**({"sim": sim} if sim else {}), **({"host_delay_us": host_delay_us} if host_delay_us else {})}
         self.clock = clock
         self.pending: list[EdgeAction] = []
         counts = [s.count_s for s in scenario.steps if s.count_s > 0]

@@ -575,9 +575,18 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
         p["model"] = model_prediction(setup, lv, a_blocks, frames.get(lv, []), variants)
         comparison["per_level"][lv]["prediction"] = p
     comparison["audio_per_prompt"] = audio_per_prompt(run, summaries, confidence)
+    comparison["positive_control"] = positive_control(man)
     comparison.update(run_id=summary["run_id"], variants=variants, simulated=summary["simulated"],
                       partial=summary["partial"], invalid_blocks=invalid)
     return summary, comparison
+
+
+def positive_control(man: dict) -> dict[str, float]:
+    """{arm: host_delay_us} for each arm that carried the plugin's positive control (a fixed extra host delay per
+    build_attn_metadata call, set through the control file: make ab B_HOST_DELAY_US=...); empty for other runs."""
+    arms = man.get("arms") if isinstance(man.get("arms"), dict) else {}
+    return {side: float(a["host_delay_us"]) for side, a in sorted(arms.items())
+            if isinstance(a, dict) and a.get("host_delay_us")}
 
 
 def audio_per_prompt(run: dict, summaries: list[dict], confidence: float) -> dict:

@@ -135,6 +135,11 @@ def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
                             if "the arm failed there" in n)
             out.append(("invalid", f"ARM FAILED at c={lv} — {why}. No speed claim at c={lv} from the remaining "
                                    "rounds: fix the failure and rerun."))
+    for side, delay_us in (comparison.get("positive_control") or {}).items():
+        out.append(("warn", f"POSITIVE CONTROL — arm {side} carried a fixed extra {delay_us:g} us of host time per "
+                            "build_attn_metadata call (the plugin's control file, counted in "
+                            "tts_predictor_host_delay_calls_total): a known slowdown of that arm. A verdict that does "
+                            "not find it says the run lacked the power for an effect of this size."))
     audio = comparison.get("audio_per_prompt") or {}
     if audio.get("kind") == "differs":
         out.append(("invalid", f"AUDIO LENGTH DIFFERS — {audio['text']}." + _length_controls(audio)))
