@@ -102,7 +102,25 @@ def _calls_by_variant(rows) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def sim(tmp_path_factory):
+    """The simulator as its own process over HTTP (the engine tier's parity configuration: configs/sim/fast.yaml).
+    Started before the real server (which `real` asks for it): the real server's idle workers poll and keep both
+    cores busy, and a Python process started beside them can take minutes to import."""
+    folder = tmp_path_factory.mktemp("sim")
+    port = free_port()
+    cmd = [sys.executable, "-m", "ttssim", "--variant", "fixed", "--port", str(port), "--config",
+           str(ROOT / "configs" / "sim" / "fast.yaml")]
+    proc = ServerProcess(ServerSpec(cmd=cmd, env=dict(os.environ), port=port), folder / "sim.log")
+    proc.start()
+    try:
+        proc.wait_ready(300)
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory, sim):
     folder = tmp_path_factory.mktemp("real")
     control = folder / "control.json"
     write_control(control, "fixed", observe=True, epoch=1)
@@ -134,22 +152,6 @@ def real(tmp_path_factory):
     finally:
         if proc.alive():
             proc.stop(wait_s=STOP_WAIT_S)
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    """The simulator as its own process over HTTP (the engine tier's parity configuration: configs/sim/fast.yaml)."""
-    folder = tmp_path_factory.mktemp("sim")
-    port = free_port()
-    cmd = [sys.executable, "-m", "ttssim", "--variant", "fixed", "--port", str(port), "--config",
-           str(ROOT / "configs" / "sim" / "fast.yaml")]
-    proc = ServerProcess(ServerSpec(cmd=cmd, env=dict(os.environ), port=port), folder / "sim.log")
-    proc.start()
-    try:
-        proc.wait_ready(120)
-        yield proc
-    finally:
-        proc.stop()
 
 
 def _answers(url: str, cases) -> dict[str, dict]:
