@@ -165,7 +165,7 @@ def test_a_window_where_every_request_failed_ends_its_start_and_the_round_reruns
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_simulated_experiment_file_hot_swapped_end_to_end_to_a_report(tmp_path):
-    """Issue 15's done-when: configs/experiments/sim/mission-sim.yaml runs end to end to a report, here in one server
+    """The shipped simulator experiment: configs/experiments/sim/mission-sim.yaml runs end to end to a report, here in one server
     start with the arms hot-swapped (design swap): switches confirmed, observer-free timing, telemetry, evidence."""
     p = subprocess.run([sys.executable, "-m", "loadtest.ab", "--experiment", "configs/experiments/sim/mission-sim.yaml",
                         "--design", "swap", "--rounds", "1", "--aa-rounds", "1", "--out", str(tmp_path), "--name", "x",
