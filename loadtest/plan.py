@@ -441,7 +441,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
                 "cpu": a.backend == ex.CPU_BACKEND,
                 "sim_config": a.sim_config or (SHORTHAND_SIM_CONFIG if shorthand else None),
                 "sim_set": list(a.sim_set or []), "b_sim_set": list(a.b_sim_set or []),
-                "b_host_delay_us": getattr(a, "b_host_delay_us", None) or 0.0}
+                "b_host_delay_us": a.b_host_delay_us or 0.0}
     if settings["sim_config"] and not (ROOT / settings["sim_config"]).is_file():
         raise SystemExit(f"error: simulator config {settings['sim_config']} not found")
     try:

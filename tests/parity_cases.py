@@ -264,8 +264,6 @@ def on_base(case: Case) -> Case | None:
     about = case.id.replace("_", "-")
     if "ref_text" not in body and "ref-text" not in about and "x-vector" not in about:
         body = {**body, "ref_text": "A reference."}
-    if kills_the_real_engine(body) and "ref-text" not in about and "x-vector" not in about:
-        return None
     if kills_the_real_engine(body) and not _refused_before_the_engine(body):
         return None
     return Case(case.id, body, case.content_type, case.stricter)

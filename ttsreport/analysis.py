@@ -581,11 +581,15 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
     return summary, comparison
 
 
+def _manifest_arms(man: dict) -> dict:
+    """The manifest's per-arm records (plan.new_run: experiment.arm_manifest); empty for runs that have none."""
+    return man.get("arms") if isinstance(man.get("arms"), dict) else {}
+
+
 def positive_control(man: dict) -> dict[str, float]:
     """{arm: host_delay_us} for each arm that carried the plugin's positive control (a fixed extra host delay per
     build_attn_metadata call, set through the control file: make ab B_HOST_DELAY_US=...); empty for other runs."""
-    arms = man.get("arms") if isinstance(man.get("arms"), dict) else {}
-    return {side: float(a["host_delay_us"]) for side, a in sorted(arms.items())
+    return {side: float(a["host_delay_us"]) for side, a in sorted(_manifest_arms(man).items())
             if isinstance(a, dict) and a.get("host_delay_us")}
 
 
@@ -600,7 +604,7 @@ def audio_per_prompt(run: dict, summaries: list[dict], confidence: float) -> dic
             spanning = {id(r) for r in spanning_requests(blk, run["starts"].get(blk["meta"].get("start")))}
             by_arm[arm] += [r for r in blk["requests"] if id(r) not in spanning]
     out = audiolength.compare_audio(by_arm["A"], by_arm["B"], confidence=confidence)
-    arms = (run["manifest"].get("arms") or {}) if isinstance(run["manifest"].get("arms"), dict) else {}
+    arms = _manifest_arms(run["manifest"])
     out["length_controls"] = {side: (arms.get(side) or {}).get("length_control") for side in ("A", "B")}
     out["length_warning"] = run["manifest"].get("length_warning")
     return out
