@@ -97,3 +97,14 @@ def test_serve_refuses_in_one_line_without_avx512(tmp_path):
     assert out.returncode == 3 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "lacks avx512f" in lines[0] and "BACKEND=sim" in lines[0]
+
+
+def test_the_cpu_stage_file_fixes_every_request_length():
+    """Random weights sample the codec end id now and then; min_tokens = max_tokens on the talker masks the stop ids
+    until the last token, so every request on the CPU server has the same length (docs/real-cpu-server.md)."""
+    import yaml
+
+    stages = yaml.safe_load((ROOT / ex.CPU_STAGES).read_text())["stage_args"]
+    talker = next(s for s in stages if s["stage_id"] == 0)["default_sampling_params"]
+    assert talker["min_tokens"] == talker["max_tokens"] == 64, talker
+    assert 2150 in talker["stop_token_ids"], talker

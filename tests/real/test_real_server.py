@@ -44,8 +44,8 @@ if _missing:
     pytest.skip(f"this CPU lacks {', '.join(_missing)}", allow_module_level=True)
 
 READY_S = 900.0
-# cpu_server/qwen3_tts_cpu.yaml: the talker's max_tokens (64) sets every request's length; the server returns 63
-# codec frames of audio for it (5.04 s; measured, every request)
+# cpu_server/qwen3_tts_cpu.yaml: the talker's max_tokens = min_tokens (64) sets every request's length; the server
+# returns 63 codec frames of audio for it (5.04 s; measured, every request)
 AUDIO_FRAMES = 63
 STOP_WAIT_S = serve.STOP_GRACE_S + 60
 
