@@ -30,13 +30,14 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "cpu_server" / "plugin"))
 from tts_omni_cpu import cpu_flags, missing_flags  # noqa: E402  (stdlib only at import)
 
+from loadtest.experiment import CPU_HEALTH_TIMEOUT_S, CPU_STAGES, CPU_STOP_GRACE_S  # noqa: E402
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES  # noqa: E402
 
 VLLM_OMNI = "0.16.0"
-STAGES = "cpu_server/qwen3_tts_cpu.yaml"
+STAGES = CPU_STAGES
 BANNER = ("REAL vllm-omni 0.16.0 on CPU, tiny random model: the pipeline is real, the timings are not a GPU's")
-STOP_GRACE_S = 30
-HEALTH_TIMEOUT_S = 900  # a start takes 2-4 minutes on a busy 2-core box
+STOP_GRACE_S = CPU_STOP_GRACE_S
+HEALTH_TIMEOUT_S = CPU_HEALTH_TIMEOUT_S  # a start takes 2-4 minutes on a busy 2-core box
 KV_CACHE_GIB = 1  # per engine (VLLM_CPU_KVCACHE_SPACE; vLLM's default of 4 GiB x 2 stages is too much here)
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tts-loadtest"
 

