@@ -20,8 +20,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.real, pytest.mark.timeout(1200)]
 
 # every request is 63 codec frames on the CPU stage file (talker max_tokens = min_tokens = 64)
 AUDIO_S = 63 / 12.5
-# one level; a measure window longer than the slowest request seen at c=1 (34 s: now and then a stream's end comes
-# about 20 s after code2wav finished), so that some request starts inside it; a drain past a typical request
+# one level; a count phase long enough for the first request after a start to reach the code predictor (in a CI
+# run a 2 s count phase saw no call: the first request took 13 s); a measure window and a drain longer than the
+# slowest request seen at c=1 (34 s: now and then a stream's end comes about 20 s after code2wav finished), so that
+# some request starts inside the window and none of its requests runs into the next switch
 SCENARIO = """schema: tts-scenario/1
 name: real-ab-short
 mode: stream
@@ -29,7 +31,7 @@ loop: closed
 seed: 7
 mix: {short: 1}
 timeout_s: 90
-phases: {count_s: 2, warmup_s: 10, measure_s: 45, drain_s: 25}
+phases: {count_s: 8, warmup_s: 10, measure_s: 45, drain_s: 40}
 steps:
   - {concurrency: 1}
 """
