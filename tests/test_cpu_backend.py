@@ -108,3 +108,44 @@ def test_the_cpu_stage_file_fixes_every_request_length():
     talker = next(s for s in stages if s["stage_id"] == 0)["default_sampling_params"]
     assert talker["min_tokens"] == talker["max_tokens"] == 64, talker
     assert 2150 in talker["stop_token_ids"], talker
+
+
+@pytest.mark.slow
+def test_make_serve_on_0_30_0_takes_its_venv_and_deploy_file_and_no_variant():
+    out = subprocess.run(["make", "-s", "serve", "BACKEND=vllm-cpu", "VLLM_OMNI=0.30.0", "DRY_RUN=1", "PORT=18124"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "BACKEND=vllm-cpu -> REAL vllm-omni 0.30.0 on CPU" in out.stdout
+    assert "# REAL vllm-omni 0.30.0 on CPU, tiny random model" in out.stdout
+    for needle in ("cpu_server/venv.sh 0.30.0", "--omni --deploy-config", "cpu_server/qwen3_tts_cpu_030.yaml",
+                   "--port 18124", "PROMETHEUS_MULTIPROC_DIR="):
+        assert needle in out.stdout, needle
+    assert "TTS_PREDICTOR_" not in out.stdout and "--stage-configs-path" not in out.stdout
+
+
+@pytest.mark.slow
+def test_serve_on_0_30_0_refuses_a_control_file_in_one_line(tmp_path):
+    control = tmp_path / "control.json"
+    control.write_text("{}")
+    out = subprocess.run([sys.executable, "cpu_server/serve.py", "--vllm-omni", "0.30.0", "--control", str(control),
+                          "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and "without the predictor plugin" in out.stderr
+
+
+def test_the_0_30_0_deploy_file_ends_every_request_by_a_stop_id():
+    """0.30.0 refuses a Base answer whose talker hit max_tokens (a 500); random weights practically never sample the
+    codec end id. So some codebook ids are stop ids, masked by min_tokens until the 64th code, and the rest of the
+    codebook stays open (a fully masked codebook gives no audio) (docs/real-cpu-server.md)."""
+    import yaml
+
+    deploy = yaml.safe_load((ROOT / "cpu_server" / "qwen3_tts_cpu_030.yaml").read_text())
+    talker = next(s for s in deploy["stages"] if s["stage_id"] == 0)["default_sampling_params"]
+    stops = set(talker["stop_token_ids"])
+    codebook = set(range(2048))
+    assert 2150 in stops and talker["min_tokens"] == 64
+    open_ids = codebook - stops
+    assert 0 < len(open_ids) and len(stops & codebook) >= len(codebook) // 2  # a stop within a few steps
+    # after min_tokens each step stops with chance >= 1/2: the budget is out of reach (2**-64)
+    assert talker["max_tokens"] - talker["min_tokens"] >= 64
+    assert deploy["model_runner"] == "v1" and deploy["enable_chunked_prefill"] is False

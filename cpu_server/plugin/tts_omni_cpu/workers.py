@@ -36,17 +36,23 @@ class CpuGenerationModelRunner(_NoCudaGraphSizes, GPUGenerationModelRunner, CPUM
     pass
 
 
+# model_runner_cls: vllm-omni 0.30.0 checks a worker's runner class before it starts a stage with a connector
+# (vllm_omni/worker/omni_connector_validation.py); 0.16.0 does not read it
 class CpuARWorker(OmniWorkerMixin, CPUWorker):
     """Talker stage."""
 
+    model_runner_cls = CpuARModelRunner
+
     def init_device(self) -> None:
         super().init_device()
-        self.model_runner = CpuARModelRunner(self.vllm_config, torch.device("cpu"))
+        self.model_runner = self.model_runner_cls(self.vllm_config, torch.device("cpu"))
 
 
 class CpuGenerationWorker(OmniWorkerMixin, CPUWorker):
     """code2wav stage."""
 
+    model_runner_cls = CpuGenerationModelRunner
+
     def init_device(self) -> None:
         super().init_device()
-        self.model_runner = CpuGenerationModelRunner(self.vllm_config, torch.device("cpu"))
+        self.model_runner = self.model_runner_cls(self.vllm_config, torch.device("cpu"))
