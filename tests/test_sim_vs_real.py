@@ -1,4 +1,4 @@
-"""The simulator against the real CPU server: the level-restricted fit (ttssim.fit --levels/--whole-step/--ttfa),
+"""The simulator against the real CPU server: the level-restricted fit (ttssim.fit --levels/--whole-step/--noise/--ttfa),
 the comparison tool (tools/sim_vs_real.py) on the committed measurement, and the held-out figure the SIMULATED
 banners quote (ttssim.heldout). Reads stored files only: no server, no clock."""
 
@@ -23,13 +23,17 @@ PROFILE = REPO / "configs/sim/cpu-tiny.yaml"
 def test_level_restricted_fit_reproduces_the_committed_profile(tmp_path):
     """Fit on c=1,4 only (the committed command): the committed profile, with its levels recorded."""
     out = tmp_path / "cpu.yaml"
-    assert fit.main([str(RUN), "--levels", "1,4", "--whole-step", "--ttfa", "--base",
+    assert fit.main([str(RUN), "--levels", "1,4", "--whole-step", "--noise", "--ttfa", "--base",
                      "configs/sim/cpu-tiny-stage.yaml", "--out", str(out)]) == 0
     got, committed = load_config(out).model, load_config(PROFILE).model
     assert (got.base_ms, got.per_request_ms) == pytest.approx((committed.base_ms, committed.per_request_ms), abs=1e-3)
-    assert got.max_batch_size == 4 and got.code2wav_chunk_ms < 1.0  # the first audio is 25 talker steps, no more
+    assert got.max_batch_size == 4
+    assert (got.step_noise_sd, got.step_noise_hold_s, got.code2wav_chunk_ms) == pytest.approx(
+        (committed.step_noise_sd, committed.step_noise_hold_s, committed.code2wav_chunk_ms), rel=1e-3)
+    assert got.step_noise_sd > 0.1  # the real requests spread: a noiseless profile puts every p90 on its p50
     stored = json.loads(Path(str(out) + ".fit.json").read_text())
-    assert stored["levels"] == [1, 4] and stored["names"] == ["base_ms", "per_request_ms", "code2wav_chunk_ms"]
+    assert stored["levels"] == [1, 4] and stored["names"] == ["base_ms", "per_request_ms", "step_noise_sd",
+                                                              "step_noise_hold_s", "code2wav_chunk_ms"]
 
 
 def test_fit_has_no_more_unknowns_than_windows():

@@ -33,6 +33,10 @@ class ModelConfig:
     block_size: int = 16
     max_seq_len: int = 16
     startup_s: float = 0.0
+    # host noise (ttssim.model.StepNoise): log-scale sd of a mean-1 factor on the modelled part of every step, drawn
+    # anew every step_noise_hold_s of engine time (0: every step); 0 sd: every step exactly as modelled
+    step_noise_sd: float = 0.0
+    step_noise_hold_s: float = 0.0
 
 
 @dataclass(frozen=True)

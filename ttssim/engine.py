@@ -145,6 +145,7 @@ class Engine:
         self.voice = Voice(cfg.audio)
         self.registry = registry
         self.metrics = EngineMetrics(registry, variant)
+        self.noise = sim_model.StepNoise(m)
         self.clock = StepClock(self.metrics.step_clock)  # fed at each step's end with its first call's time
         self._step_t0 = 0.0
         if control is not None:
@@ -244,9 +245,10 @@ class Engine:
             self._step_boundary()
             variant_s, syncs, call_s = self._predictor_calls(batch)
             m = self.cfg.model
-            rest = sim_model.modelled_rest_s(m, batch, admitted)
+            noise = self.noise.factor(start)
+            rest = sim_model.modelled_rest_s(m, batch, admitted, noise)
             stall = syncs * sim_model.stall_per_sync_s(m, self.device_type)
-            target = sim_model.step_target_s(m, batch, admitted, variant_s, syncs, self.device_type)
+            target = sim_model.step_target_s(m, batch, admitted, variant_s, syncs, self.device_type, noise)
             deadline = start + target
             self._observe_sample(batch, loop)
             for r in self.running:

@@ -324,19 +324,90 @@ def measured_ttfa_p50(run: Path, concurrency: int) -> tuple[float, list[int]]:
 
 def fit_code2wav(cfg: SimConfig, run: Path, levels: Sequence[int], variant: str = "fixed",
                  variant_step_s: Callable[[str, int], float] = no_host_time) -> FitResult:
-    """code2wav_chunk_ms from the measured p50 TTFA at `levels` (step parameters already in cfg): the virtual
-    engine's closed loop at each level, residual ln(model/measured)."""
+    """code2wav_chunk_ms from the measured p50 TTFA at `levels` (step parameters and host noise already in cfg): the
+    virtual engine's closed loop at each level (virtual.closed_loop), residual ln(model/measured)."""
     targets = [(c, *measured_ttfa_p50(run, c)) for c in levels]
 
     def fun(x):
         c2 = with_params(cfg, ["code2wav_chunk_ms"], x)
         out = []
         for c, ttfa, frames in targets:
-            load = virtual.Workload(c, max(len(frames), 3 * c), tuple(frames), c)
-            out.append(math.log(level_metrics(c2, load, variant, variant_step_s)["ttfp_p50"] / (1e3 * ttfa)))
+            runs = virtual.closed_loop(c2, c, frames, max(len(frames), 3 * c), variant, variant_step_s)
+            out.append(math.log(virtual.median([o.ttfa_s for r in runs for o in r.outcomes]) / ttfa))
         return np.array(out)
 
     return least_squares(fun, [max(cfg.model.code2wav_chunk_ms, 1.0)], ["code2wav_chunk_ms"])
+
+
+# the host noise (ttssim.model.StepNoise) is fitted to the spread of whole requests: p90 over p50 of time to first
+# audio and of end-to-end latency at each fit level, against the virtual engine's closed loop (virtual.closed_loop:
+# enough requests and seeds that its quantiles are the model's); the hold is chosen from NOISE_HOLDS_S (a spread that
+# a request's own steps average away needs a hold of about a request's length or more)
+NOISE_HOLDS_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+NOISE_MAX_SD = 1.0
+
+
+def measured_spread(run: Path, concurrency: int) -> tuple[tuple[float, float], tuple[float, float], list[int]]:
+    """((ln p90/p50 of TTFA, its bootstrap sd), (the same of E2E), frames of each request) of a run's measured ok
+    requests at one level."""
+    recs = [json.loads(line) for f in (sorted(run.glob("blocks/*/requests.jsonl")) or [run / "requests.jsonl"])
+            for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ok = [r for r in recs if r.get("ok") and r.get("phase") == "measure" and r.get("concurrency") == concurrency
+          and r.get("ttfa_s") is not None]
+    if len(ok) < 10:
+        raise ValueError(f"{run}: {len(ok)} measured ok requests at c={concurrency}: too few for a spread (10)")
+    frames = [max(1, round(r["audio_s"] * domain.CODEC_FRAME_RATE_HZ)) for r in ok]
+    return (with_sd([r["ttfa_s"] for r in ok]), with_sd([r["e2e_s"] for r in ok]), frames)
+
+
+def with_sd(values: Sequence[float], draws: int = 400) -> tuple[float, float]:
+    """spread(values) and its bootstrap sd (seeded): how well a level's few requests pin their own p90 down."""
+    rng = np.random.default_rng(0)
+    v = np.asarray(values, dtype=float)
+    boot = [spread(rng.choice(v, size=len(v))) for _ in range(draws)]
+    return spread(values), max(float(np.std(boot)), 1e-3)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile: the rule of every measured-vs-simulated comparison of a run's requests."""
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))] if v else float("nan")
+
+
+def spread(values: Sequence[float]) -> float:
+    """ln(p90 / p50)."""
+    return math.log(quantile(values, 0.9) / quantile(values, 0.5))
+
+
+def fit_noise(cfg: SimConfig, run: Path, levels: Sequence[int], variant: str = "fixed",
+              variant_step_s: Callable[[str, int], float] = no_host_time,
+              holds: Sequence[float] = NOISE_HOLDS_S) -> FitResult:
+    """step_noise_sd (least squares) for each hold in `holds`, and the hold with the smallest chi2 (its sd 0
+    in the covariance: chosen, not estimated); residuals: the simulated minus the measured ln(p90/p50) of TTFA and
+    of E2E at each fit level, each over its bootstrap sd."""
+    targets = [(c, *measured_spread(run, c)) for c in levels]
+
+    def fun_for(hold: float):
+        def fun(x):
+            # beyond NOISE_MAX_SD a step can shrink to nothing: no host is that noisy
+            c2 = with_params(cfg, ["step_noise_sd", "step_noise_hold_s"], [min(x[0], NOISE_MAX_SD), hold])
+            out = []
+            for c, ttfa, e2e, frames in targets:
+                got = [o for r in virtual.closed_loop(c2, c, frames, len(frames), variant, variant_step_s)
+                       for o in r.outcomes]
+                out += [(spread([o.ttfa_s for o in got]) - ttfa[0]) / ttfa[1],
+                        (spread([o.e2e_s for o in got]) - e2e[0]) / e2e[1]]
+            return np.array(out)
+        return fun
+
+    best = None
+    for hold in holds:
+        f = least_squares(fun_for(hold), [0.15], ["step_noise_sd"], iters=12)
+        if best is None or f.chi2 < best[1].chi2:
+            best = (hold, f)
+    hold, f = best
+    return FitResult(["step_noise_sd", "step_noise_hold_s"], [f.values[0], hold],
+                     [[f.cov[0][0], 0.0], [0.0, 0.0]], f.chi2, f.dof, f.scale)
 
 
 def merged(a: FitResult, b: FitResult) -> FitResult:
@@ -397,6 +468,9 @@ def main(argv=None) -> int:
     p.add_argument("--levels", default="", help="comma-separated concurrencies to fit on (default: every level)")
     p.add_argument("--whole-step", action="store_true",
                    help="keep the predictor's measured time inside the step (a profile run with no host time model)")
+    p.add_argument("--noise", action="store_true",
+                   help="also fit the host noise (step_noise_sd, step_noise_hold_s) to the measured spread of "
+                        "time to first audio and end-to-end latency (p90 over p50) at the fit levels")
     p.add_argument("--ttfa", action="store_true",
                    help="also fit code2wav_chunk_ms to the measured p50 time to first audio at the fit levels")
     args = p.parse_args(argv)
@@ -427,11 +501,14 @@ def main(argv=None) -> int:
         if args.whole_step:
             windows = whole_step(windows)
         fit = fit_windows(windows)
+        fit_levels = levels or sorted({w.concurrency for w in windows})
+        host = no_host_time if args.whole_step else sim_model.gpu_host_variant_step_s
+        if args.noise:
+            fit = merged(fit, fit_noise(with_params(base, fit.names, fit.values), run, fit_levels,
+                                        variant_step_s=host))
         if args.ttfa:
-            stepped = with_params(base, fit.names, fit.values)
-            fit = merged(fit, fit_code2wav(stepped, run, levels or sorted({w.concurrency for w in windows}),
-                                           variant_step_s=no_host_time if args.whole_step else
-                                           sim_model.gpu_host_variant_step_s))
+            fit = merged(fit, fit_code2wav(with_params(base, fit.names, fit.values), run, fit_levels,
+                                           variant_step_s=host))
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         print(f"ttssim.fit: {e}", file=sys.stderr)
         return 2

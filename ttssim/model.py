@@ -9,6 +9,8 @@ accuracy, event-loop interference) and "model vs public number" a test of the mo
 from __future__ import annotations
 
 import bisect
+import math
+import random
 
 from tts_predictor import domain
 from tts_predictor.metrics import expected_syncs
@@ -33,15 +35,42 @@ def stall_per_sync_s(cfg: ModelConfig, device_type: str) -> float:
     return cfg.stall_us_per_sync * 1e-6 if device_type == "cpu" else 0.0
 
 
-def modelled_rest_s(cfg: ModelConfig, batch: int, admitted: int) -> float:
-    """The part of a step that is not the predictor's host layout: talker forward, sampling, prefills."""
-    return (cfg.base_ms + cfg.per_request_ms * batch + cfg.prefill_ms * admitted) * 1e-3
+def modelled_rest_s(cfg: ModelConfig, batch: int, admitted: int, noise: float = 1.0) -> float:
+    """The part of a step that is not the predictor's host layout: talker forward, sampling, prefills; times the
+    host noise factor of the step (StepNoise)."""
+    return (cfg.base_ms + cfg.per_request_ms * batch + cfg.prefill_ms * admitted) * 1e-3 * noise
 
 
-def step_target_s(cfg: ModelConfig, batch: int, admitted: int, variant_s: float, syncs: float, device_type: str) -> float:
-    """Full modelled step: rest + real variant time + stall, then the injected delay (absolute and relative)."""
-    natural = modelled_rest_s(cfg, batch, admitted) + variant_s + syncs * stall_per_sync_s(cfg, device_type)
+def step_target_s(cfg: ModelConfig, batch: int, admitted: int, variant_s: float, syncs: float, device_type: str,
+                  noise: float = 1.0) -> float:
+    """Full modelled step: rest (times its noise factor) + real variant time + stall, then the injected delay
+    (absolute and relative)."""
+    natural = modelled_rest_s(cfg, batch, admitted, noise) + variant_s + syncs * stall_per_sync_s(cfg, device_type)
     return natural * (1.0 + cfg.extra_step_pct / 100.0) + cfg.extra_step_ms * 1e-3
+
+
+class StepNoise:
+    """The slow and fast stretches of a real host (other processes, frequency changes, the Python scheduler): a
+    lognormal factor with mean 1 and log-scale sd `step_noise_sd` on the modelled part of a step, held for
+    `step_noise_hold_s` of engine time, then drawn anew (every step when the hold is 0). Mean 1, so throughput and
+    the mean step are unchanged in expectation; a hold of a few seconds spreads whole requests, which is what a real
+    server's p90 over its p50 shows and i.i.d. per-step noise would average away over a request's steps. Seeded:
+    a run is reproducible."""
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        self.sd, self.hold_s = cfg.step_noise_sd, cfg.step_noise_hold_s
+        self._rng = random.Random(seed)
+        self._until = -math.inf
+        self._factor = 1.0
+
+    def factor(self, t: float) -> float:
+        """The factor of a step that starts at engine time t (steps must come in time order)."""
+        if self.sd <= 0.0:
+            return 1.0
+        if self.hold_s <= 0.0 or t >= self._until:
+            self._factor = math.exp(self._rng.gauss(0.0, self.sd) - 0.5 * self.sd * self.sd)
+            self._until = (math.floor(t / self.hold_s) + 1) * self.hold_s if self.hold_s > 0.0 else t
+        return self._factor
 
 
 def code2wav_delay_s(cfg: ModelConfig, batch: int) -> float:

@@ -51,8 +51,8 @@ class VirtualRun:
 
 def run(cfg: SimConfig, load: Workload, variant: str = "original",
         variant_step_s: Callable[[str, int], float] = sim_model.gpu_host_variant_step_s,
-        keep_steps: bool = False) -> VirtualRun:
-    """Replay `load` against `cfg`; deterministic (no clock, no randomness)."""
+        keep_steps: bool = False, seed: int = 0) -> VirtualRun:
+    """Replay `load` against `cfg`; deterministic (no clock; the host noise, if the profile has one, from `seed`)."""
     m, a = cfg.model, cfg.audio
     clients = _Clients(load)
     waiting: deque[int] = deque()
@@ -60,6 +60,7 @@ def run(cfg: SimConfig, load: Workload, variant: str = "original",
     first_t: dict[int, float] = {}
     deliveries: list[tuple[float, int, int, bool]] = []  # (time, seq, id, last chunk)
     seq = 0
+    noise = sim_model.StepNoise(m, seed)
     res = VirtualRun([], 0.0)
     clients.start(0.0)
     t = 0.0
@@ -82,7 +83,7 @@ def run(cfg: SimConfig, load: Workload, variant: str = "original",
             running.append([rid, 0, 0, clients.frames[rid]])
             admitted += 1
         batch = len(running)
-        dur = sim_model.step_target_s(m, batch, admitted, variant_step_s(variant, batch), 0, "cuda")
+        dur = sim_model.step_target_s(m, batch, admitted, variant_step_s(variant, batch), 0, "cuda", noise.factor(t))
         t += dur
         if clients.measuring:
             res.steps += 1
@@ -103,6 +104,22 @@ def run(cfg: SimConfig, load: Workload, variant: str = "original",
         running = still
     res.duration_s = clients.last_end - clients.measure_start if clients.measure_start is not None else 0.0
     return res
+
+
+# a profile with host noise (ttssim.model.StepNoise) is replayed with at least NOISE_REQUESTS measured requests per
+# seed over NOISE_SEEDS pooled (the same seeds every time): its quantiles are then the model's, not one draw's
+NOISE_REQUESTS = 240
+NOISE_SEEDS = (0, 1)
+
+
+def closed_loop(cfg: SimConfig, concurrency: int, frames: Sequence[int], requests: int, variant: str = "fixed",
+                variant_step_s: Callable[[str, int], float] = sim_model.gpu_host_variant_step_s) -> list[VirtualRun]:
+    """A closed loop at `concurrency` (as many warm-up requests first) over the request lengths `frames` in turn:
+    one run of `requests` for a noiseless profile, NOISE_SEEDS runs of max(requests, NOISE_REQUESTS) otherwise."""
+    if cfg.model.step_noise_sd <= 0:
+        return [run(cfg, Workload(concurrency, requests, tuple(frames), concurrency), variant, variant_step_s)]
+    load = Workload(concurrency, max(requests, NOISE_REQUESTS), tuple(frames), concurrency)
+    return [run(cfg, load, variant, variant_step_s, seed=seed) for seed in NOISE_SEEDS]
 
 
 class _Clients:
