@@ -310,12 +310,17 @@ def no_host_time(variant: str, batch: int) -> float:
     return 0.0
 
 
-def measured_ttfa_p50(run: Path, concurrency: int) -> tuple[float, list[int]]:
-    """(p50 time to first audio in s, frames of each request) of a run's measured ok requests at one level."""
+def measured_ok(run: Path, concurrency: int) -> list[dict]:
+    """A run's measured ok requests with a TTFA at one level (its blocks' request files, or its own)."""
     recs = [json.loads(line) for f in (sorted(run.glob("blocks/*/requests.jsonl")) or [run / "requests.jsonl"])
             for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-    ok = [r for r in recs if r.get("ok") and r.get("phase") == "measure" and r.get("concurrency") == concurrency
-          and r.get("ttfa_s") is not None]
+    return [r for r in recs if r.get("ok") and r.get("phase") == "measure" and r.get("concurrency") == concurrency
+            and r.get("ttfa_s") is not None]
+
+
+def measured_ttfa_p50(run: Path, concurrency: int) -> tuple[float, list[int]]:
+    """(p50 time to first audio in s, frames of each request) of a run's measured ok requests at one level."""
+    ok = measured_ok(run, concurrency)
     if not ok:
         raise ValueError(f"{run}: no measured ok request with a TTFA at c={concurrency}")
     frames = [max(1, round(r["audio_s"] * domain.CODEC_FRAME_RATE_HZ)) for r in ok]
@@ -350,10 +355,7 @@ NOISE_MAX_SD = 1.0
 def measured_spread(run: Path, concurrency: int) -> tuple[tuple[float, float], tuple[float, float], list[int]]:
     """((ln p90/p50 of TTFA, its bootstrap sd), (the same of E2E), frames of each request) of a run's measured ok
     requests at one level."""
-    recs = [json.loads(line) for f in (sorted(run.glob("blocks/*/requests.jsonl")) or [run / "requests.jsonl"])
-            for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-    ok = [r for r in recs if r.get("ok") and r.get("phase") == "measure" and r.get("concurrency") == concurrency
-          and r.get("ttfa_s") is not None]
+    ok = measured_ok(run, concurrency)
     if len(ok) < 10:
         raise ValueError(f"{run}: {len(ok)} measured ok requests at c={concurrency}: too few for a spread (10)")
     frames = [max(1, round(r["audio_s"] * domain.CODEC_FRAME_RATE_HZ)) for r in ok]

