@@ -162,6 +162,24 @@ class Scraper:
                                   variant_hint=self.variant_hint)
         self._write(CounterDelta(step=step, concurrency=concurrency, target=target, window=window, **delta).to_dict())
 
+    def count_moved(self, step: int) -> bool | None:
+        """Has the sync observer seen a predictor call since this step's count_start snapshot (first target)? False
+        also before that snapshot is taken; None when it cannot be known: a failed scrape, a server without the
+        plugin's control channel."""
+        if not self.targets:
+            return None
+        opened = self._starts.get((step, self.targets[0], "count"), (None, []))
+        if opened[1] is None:  # the count_start scrape failed: no base to compare with
+            return None
+        try:
+            _, rows = parse_metrics(self._fetch(self.targets[0], self._timeout))
+        except Exception:  # a failed probe is only a missed look; the count_end snapshot records the truth
+            return None
+        if gauge(rows, m.CONTROL_EPOCH) is None:  # no control channel: nothing switched the observer on
+            return None
+        # a labelled counter has no sample before its first call (after a start): none counts as zero
+        return (total(rows, m.OBSERVED_CALLS) or 0.0) > (total(opened[1], m.OBSERVED_CALLS) or 0.0)
+
     def confirm_epoch(self, epoch: int, timeout_s: float, *, sleep: Callable[[float], None] = time.sleep,
                       interval_s: float = 0.05) -> float | None:
         """Poll the first target until its control epoch gauge reads `epoch` or more (the server applied the write:

@@ -27,7 +27,7 @@ from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_c
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy
-from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, EdgeAction, Phase, PhaseTracker, Schedule, edge_actions
+from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, CountHold, EdgeAction, Phase, PhaseTracker, Schedule, edge_actions
 from tts_predictor.control import MAX_HOST_DELAY_US, write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
 from ttsrecords.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
@@ -170,6 +170,7 @@ class Session:
         self.started = None
         self.finished = False
         self.inflight = 0  # open loop: requests running in this process
+        self.hold: CountHold | None = None
         self._flush_sent = False
         self._fail_fast = FailFast()
         self.aborted: str | None = None  # why the run stops early (the shape ends at its next tick)
@@ -234,6 +235,7 @@ class Session:
         }
         self.scenario = scenario
         self.tracker = PhaseTracker(Schedule(scenario, count=control is not None))
+        self.hold = CountHold(self.run["timeout_s"])
         if not getattr(self.env, "stop_timeout", None):
             # A user the shape stops (a lower level follows: the seeded level order goes down as often as up, and
             # the end of the run) finishes the request it is in, bounded by the request timeout, so that request
@@ -289,9 +291,14 @@ class Session:
             self._open_writers()
             if self.role == "local":
                 self._adopt(self.run)
-        phase, transitions = self.tracker.tick(run_time)
+        probe = self.edges.scraper.count_moved if self.edges is not None and not self.aborted else None
+        phase, transitions = self.tracker.tick(self.hold.schedule_time(run_time, self.tracker.current, probe))
         base = self.run.get("control_epoch")
         for old, new in transitions:
+            if old is not None and old.phase == "count" and self.hold.by_step.get(old.step):
+                log.warning("step %d concurrency %d: count phase held %.1f s past its end until the sync observer saw "
+                            "a predictor call (at most %g s)", old.step, old.concurrency, self.hold.by_step[old.step],
+                            self.hold.limit_s)
             self._queue(edge_actions(old, new, base))
         if transitions:
             self.set_phase(phase)
@@ -479,6 +486,7 @@ class Session:
             "locust_version": _locust_version(),
             "argv": sys.argv,
             "workers": self.workers if self.role == "master" else {"local": {"label": "local"}},
+            "count_held_s": {str(k): round(v, 3) for k, v in sorted(self.hold.by_step.items())},
             "requests_lines": self.requests_writer.lines if self.requests_writer else 0,
             "counters_lines": self.counters_writer.lines if self.counters_writer else 0,
         }

@@ -10,6 +10,7 @@ timing window after the warm-up runs with zero observed calls.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadtest.scenario import Scenario, Step
@@ -87,6 +88,33 @@ class PhaseTracker:
         seq: list[Phase | None] = [old, *phases[i:j], new] if j >= i else [old, new]
         self.current = new
         return new, list(zip(seq[:-1], seq[1:], strict=True))
+
+
+class CountHold:
+    """Keeps a count phase open past its scheduled end while the sync observer has, for certain, seen no predictor
+    call in it (on the real CPU server a c=1 stream now and then stalls for 40 s; a count window without a call has
+    nothing to verify and its block is lost). The schedule then runs on run time less the holds, so every later phase
+    keeps its length. At most `limit_s` per count phase (the request timeout: a serving engine makes a predictor call
+    within one request's time); an unknown answer (no counters, a failed probe) never holds."""
+
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self.held_s = 0.0
+        self.by_step: dict[int, float] = {}  # step -> how long its count phase was held past its end
+
+    def schedule_time(self, run_time: float, current: Phase | None,
+                      moved: Callable[[int], bool | None] | None) -> float:
+        """The schedule's time at `run_time`; `moved(step)` probes the observer (called only at a due count end)."""
+        t = run_time - self.held_s
+        if current is None or current.phase != "count" or t < current.ends or moved is None:
+            return t
+        held = self.by_step.get(current.step, 0.0)
+        if held >= self.limit_s or moved(current.step) is not False:
+            return t
+        extra = t - current.ends + 1e-3  # just inside the count phase again
+        self.held_s += extra
+        self.by_step[current.step] = held + extra
+        return run_time - self.held_s
 
 
 # --- what happens at a phase edge -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from loadtest.scenario import parse_scenario
 from loadtest.scraper import Scraper, compute_delta, parse_metrics, variants_moved
 from loadtest.session import EdgeRunner
-from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, PhaseTracker, Schedule, count_epoch, edge_actions
+from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, CountHold, PhaseTracker, Schedule, count_epoch, edge_actions
 from tts_predictor import metrics as m
 from tts_predictor.control import ControlChannel, ControlFile, write_control
 from ttsrecords import records
@@ -55,29 +55,36 @@ class FakeServer:
 
 
 class Clock:
-    def __init__(self, server, steps_per_s=50):
+    def __init__(self, server, steps_per_s=50, stall=(0.0, 0.0)):
         self.t, self.server, self.rate = 1000.0, server, steps_per_s
+        self.stall = (self.t + stall[0], self.t + stall[1])  # run-time span in which the server runs no step
 
     def __call__(self):
         return self.t
 
     def sleep(self, dt):  # time passes: the busy server runs steps
         self.t += dt
-        self.server.step(max(1, int(dt * self.rate)) if self.rate else 0)
+        stalled = self.stall[0] <= self.t < self.stall[1]
+        self.server.step(max(1, int(dt * self.rate)) if self.rate and not stalled else 0)
 
 
-def run_window(tmp_path, server_variant, window_variant, base=0, sc=None, idle=False):
+def run_window(tmp_path, server_variant, window_variant, base=0, sc=None, idle=False, stall=(0.0, 0.0), hold=None,
+               fetch=None):
     sc = sc or scen()
     ctl = tmp_path / "control.json"
     srv = FakeServer(ctl, server_variant)
-    clock = Clock(srv, steps_per_s=0 if idle else 50)
+    clock = Clock(srv, steps_per_s=0 if idle else 50, stall=stall)
     lines = []
-    scraper = Scraper(["http://fake/metrics"], lines.append, fetch=lambda url, timeout: srv.text(), clock=clock)
+    scraper = Scraper(["http://fake/metrics"], lines.append, fetch=fetch or (lambda url, timeout: srv.text()),
+                      clock=clock)
     edges = EdgeRunner(scraper, lines.append, str(ctl), window_variant, sc, clock=clock)
     tracker = PhaseTracker(Schedule(sc, count=True))
     t0 = clock.t
     while True:  # Locust's shape ticks about once a second
-        _, transitions = tracker.tick(clock.t - t0)
+        t = clock.t - t0
+        if hold is not None:  # as loadtest.session.Session.tick does
+            t = hold.schedule_time(t, tracker.current, scraper.count_moved)
+        _, transitions = tracker.tick(t)
         for old, new in transitions:
             edges.pending.extend(edge_actions(old, new, base))
         edges.run_pending(sleep=clock.sleep)
@@ -158,6 +165,38 @@ def test_an_idle_server_never_confirms_and_the_window_says_so(tmp_path, caplog):
     assert edges.confirmed and all(v is None for v in edges.confirmed.values())
     assert "not shown by the server" in caplog.text
     assert not records.manipulation_check("fixed", lines)["ok"]  # nothing ran: nothing verifies the variant
+
+
+def test_a_count_phase_is_held_open_until_a_stalled_server_makes_a_predictor_call(tmp_path):
+    # the server runs no step for the first 20 s (a stalled stream on the real CPU server); the count phase is 2 s
+    for sub in "ab":
+        (tmp_path / sub).mkdir()
+    lost, _ = run_window(tmp_path / "a", "fixed", "fixed", stall=(0.0, 20.0))
+    assert not records.manipulation_check("fixed", lost)["ok"]  # without the hold the first window verifies nothing
+    hold = CountHold(limit_s=60.0)
+    lines, _ = run_window(tmp_path / "b", "fixed", "fixed", stall=(0.0, 20.0), hold=hold)
+    count = records.deltas(lines, "count")
+    assert count[0]["observed_calls"] > 0 and count[0]["duration_s"] > 15.0
+    assert 17.0 < hold.by_step[0] < 21.0 and 1 not in hold.by_step  # the second level's count saw calls in time
+    assert records.manipulation_check("fixed", lines)["ok"]
+    measure = records.deltas(lines, "measure")
+    assert [round(d["duration_s"]) for d in measure] == [5, 5]  # the later phases keep their lengths
+
+
+def test_a_count_hold_is_bounded_and_an_unknown_answer_never_holds(tmp_path):
+    for sub in "ab":
+        (tmp_path / sub).mkdir()
+    hold = CountHold(limit_s=6.0)
+    lines, _ = run_window(tmp_path / "a", "original", "fixed", idle=True, hold=hold)
+    assert set(hold.by_step) == {0, 1} and all(6.0 <= v < 7.5 for v in hold.by_step.values()), hold.by_step
+    assert not records.manipulation_check("fixed", lines)["ok"]
+
+    def down(url, timeout):
+        raise OSError("connection refused")
+
+    hold = CountHold(limit_s=60.0)
+    run_window(tmp_path / "b", "fixed", "fixed", stall=(0.0, 20.0), hold=hold, fetch=down)
+    assert hold.held_s == 0.0 and hold.by_step == {}
 
 
 def test_a_failed_control_write_is_logged_not_raised(tmp_path, caplog):
