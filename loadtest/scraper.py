@@ -168,7 +168,9 @@ class Scraper:
         plugin's control channel."""
         if not self.targets:
             return None
-        opened = self._starts.get((step, self.targets[0], "count"), (None, []))
+        opened = self._starts.get((step, self.targets[0], "count"))
+        if opened is None:  # the window is not open yet (the edge actions are still confirming or scraping)
+            return False
         if opened[1] is None:  # the count_start scrape failed: no base to compare with
             return None
         try:
@@ -181,9 +183,10 @@ class Scraper:
         return (total(rows, m.OBSERVED_CALLS) or 0.0) > (total(opened[1], m.OBSERVED_CALLS) or 0.0)
 
     def confirm_epoch(self, epoch: int, timeout_s: float, *, sleep: Callable[[float], None] = time.sleep,
-                      interval_s: float = 0.05) -> float | None:
+                      interval_s: float = 0.2) -> float | None:
         """Poll the first target until its control epoch gauge reads `epoch` or more (the server applied the write:
-        it applies changes at its next step). Returns the time it did, None after timeout_s (never raises)."""
+        it applies changes at its next step). Returns the time it did, None after timeout_s (never raises). Every poll
+        makes the server render its whole exposition, so not too often."""
         if not self.targets:
             return None
         deadline = self._clock() + timeout_s

@@ -44,6 +44,9 @@ FINAL_WAIT_S = 20.0
 # How long the count edge waits for the server to show its control write (it applies it at its next step, ~5-400 ms
 # under load) before the count_start snapshot; at least this, at most the count phase itself.
 CONFIRM_MIN_S = 1.0
+# The count phase's look (has the observer seen a call?) starts this long before the phase's scheduled end, so its
+# answer is usually there when the end comes and a phase that saw calls is not held at all.
+LOOK_AHEAD_S = 2.0
 # The first requests of a run: when every one of them failed with the same 4xx status and error, the server refuses
 # what we send (wrong model name, bad body); the run stops with that cause instead of sending thousands more.
 FAIL_FAST_REQUESTS = 8
@@ -171,6 +174,8 @@ class Session:
         self.finished = False
         self.inflight = 0  # open loop: requests running in this process
         self.hold: CountHold | None = None
+        self._looking = None  # the greenlet of the count-phase look in flight
+        self._seen: dict[int, bool | None] = {}  # step -> has its count phase seen a predictor call (last look)
         self._flush_sent = False
         self._fail_fast = FailFast()
         self.aborted: str | None = None  # why the run stops early (the shape ends at its next tick)
@@ -291,8 +296,11 @@ class Session:
             self._open_writers()
             if self.role == "local":
                 self._adopt(self.run)
-        probe = self.edges.scraper.count_moved if self.edges is not None and not self.aborted else None
-        phase, transitions = self.tracker.tick(self.hold.schedule_time(run_time, self.tracker.current, probe))
+        probe = self._count_moved if self.edges is not None and not self.aborted else None
+        cur, t = self.tracker.current, run_time - self.hold.held_s
+        if probe is not None and cur is not None and cur.phase == "count" and t >= cur.ends - LOOK_AHEAD_S:
+            self._look(cur.step)
+        phase, transitions = self.tracker.tick(self.hold.schedule_time(run_time, cur, probe))
         base = self.run.get("control_epoch")
         for old, new in transitions:
             if old is not None and old.phase == "count" and self.hold.by_step.get(old.step):
@@ -308,6 +316,24 @@ class Session:
             self.flush_workers()  # headless Locust quits without telling workers to stop first
             return None
         return phase.users, self.scenario.spawn_rate
+
+    def _look(self, step: int) -> None:
+        """Ask the server, in the background, whether the count phase of `step` has seen a predictor call (a scrape
+        of the real CPU server took up to 15 s: the tick must not wait for it); one look at a time."""
+        import gevent
+
+        if self._looking is not None and not self._looking.ready():
+            return
+
+        def look() -> None:
+            self._seen[step] = self.edges.scraper.count_moved(step)
+
+        self._looking = gevent.spawn(look)
+
+    def _count_moved(self, step: int) -> bool | None:
+        """CountHold's probe: the last finished look's answer, False (not seen yet) before one has finished."""
+        self._look(step)
+        return self._seen.get(step, False)
 
     def _queue(self, actions: list[EdgeAction]) -> None:
         """Run edge actions in one greenlet, in order (a confirm may wait; the users go on meanwhile)."""

@@ -149,16 +149,20 @@ def epochs_per_window(levels: int) -> int:
 def edge_actions(old: Phase | None, new: Phase | None, epoch_base: int | None) -> list[EdgeAction]:
     """The actions of one transition old -> new: first those that close `old`, then those that open `new`.
 
-    Leaving a count phase: snapshot count_end, then the observer off (epoch base+2s+2). Leaving measure: snapshot end.
+    Leaving a count phase: the observer off (epoch base+2s+2), confirm it, then snapshot count_end (every observed call
+    of the window is in it; on the real CPU server one scrape took 15 s, which must not keep the observer on into the
+    warm-up). Leaving measure: snapshot end.
     Entering a count phase: the observer on with the window's variant (epoch base+2s+1), confirm it, snapshot
     count_start. Entering measure: snapshot start. Without a control file (epoch_base None) there are no count phases,
     so only the measure snapshots remain."""
     out: list[EdgeAction] = []
     if old is not None and old.phase == "count":
-        out.append(EdgeAction(SNAPSHOT, old.step, old.concurrency, edge="count_end"))
-        if epoch_base is not None:
+        if epoch_base is not None:  # the observer off first: a slow scrape must not keep it on into the warm-up
+            epoch = count_epoch(epoch_base, old.step, False)
             out.append(EdgeAction(WRITE, old.step, old.concurrency, phase=new.phase if new else "warmup",
-                                  observe=False, epoch=count_epoch(epoch_base, old.step, False)))
+                                  observe=False, epoch=epoch))
+            out.append(EdgeAction(CONFIRM, old.step, old.concurrency, epoch=epoch))
+        out.append(EdgeAction(SNAPSHOT, old.step, old.concurrency, edge="count_end"))
     if old is not None and old.phase == "measure":
         out.append(EdgeAction(SNAPSHOT, old.step, old.concurrency, edge="end"))
     if new is not None and new.phase == "count":

@@ -115,10 +115,12 @@ def test_edge_actions_of_a_window_in_order():
     got = [(a.kind, a.step, a.edge or a.phase, a.observe, a.epoch) for a in acts]
     assert got == [
         (WRITE, 0, "count", True, 11), (CONFIRM, 0, None, None, 11), (SNAPSHOT, 0, "count_start", None, None),
-        (SNAPSHOT, 0, "count_end", None, None), (WRITE, 0, "warmup", False, 12),
+        (WRITE, 0, "warmup", False, 12), (CONFIRM, 0, None, None, 12),
+        (SNAPSHOT, 0, "count_end", None, None),
         (SNAPSHOT, 0, "start", None, None), (SNAPSHOT, 0, "end", None, None),
         (WRITE, 1, "count", True, 13), (CONFIRM, 1, None, None, 13), (SNAPSHOT, 1, "count_start", None, None),
-        (SNAPSHOT, 1, "count_end", None, None), (WRITE, 1, "warmup", False, 14),
+        (WRITE, 1, "warmup", False, 14), (CONFIRM, 1, None, None, 14),
+        (SNAPSHOT, 1, "count_end", None, None),
         (SNAPSHOT, 1, "start", None, None), (SNAPSHOT, 1, "end", None, None)]
     assert count_epoch(10, 1, True) == 13 and count_epoch(10, 1, False) == 14
     # no control file: no count phases, only the measure snapshots
@@ -138,7 +140,9 @@ def test_a_window_counts_with_the_observer_and_times_without_it(tmp_path):
     assert len(count) == len(measure) == 2
     for c in count:
         assert c["observed_calls"] > 0 and c["observe_start"] is True and c["variants_moved"] == ["fixed"]
-        assert c["epoch_start"] == c["epoch_end"] == count_epoch(4, c["step"], True)  # confirmed before the snapshot
+        assert c["epoch_start"] == count_epoch(4, c["step"], True)  # confirmed before the snapshot
+        # the observer was off (confirmed) before the count_end snapshot: every observed call is in the window
+        assert c["epoch_end"] == count_epoch(4, c["step"], False) and c["observe_end"] is False
         assert c["step_interval_count"] == c["steps"] and c["step_batch_sum"] == 8 * c["steps"]
     for d in measure:
         assert d["observed_calls"] == 0 and d["observe_start"] is False and d["observe_end"] is False
@@ -197,6 +201,22 @@ def test_a_count_hold_is_bounded_and_an_unknown_answer_never_holds(tmp_path):
     hold = CountHold(limit_s=60.0)
     run_window(tmp_path / "b", "fixed", "fixed", stall=(0.0, 20.0), hold=hold, fetch=down)
     assert hold.held_s == 0.0 and hold.by_step == {}
+
+
+def test_the_count_probe_answers_from_the_window_opening_on(tmp_path):
+    ctl = tmp_path / "control.json"
+    srv = FakeServer(ctl, "fixed")
+    write_control(ctl, "fixed", observe=True, epoch=1)
+    srv.step(3)  # observed calls of an earlier window: not this one's
+    scraper = Scraper(["http://fake/metrics"], [].append, fetch=lambda url, timeout: srv.text())
+    assert scraper.count_moved(0) is False  # not open yet: the edge actions are still on their way
+    scraper.scrape(0, 8, "count_start")
+    assert scraper.count_moved(0) is False
+    srv.step(1)
+    assert scraper.count_moved(0) is True
+    plain = Scraper(["http://fake/metrics"], [].append, fetch=lambda url, timeout: "x_total 1\n")
+    plain.scrape(0, 8, "count_start")
+    assert plain.count_moved(0) is None  # no control channel: nothing to wait for
 
 
 def test_a_failed_control_write_is_logged_not_raised(tmp_path, caplog):

@@ -20,6 +20,7 @@ RUN = REPO / "reports/bench/sim-vs-cpu/real"
 PROFILE = REPO / "configs/sim/cpu-tiny.yaml"
 
 
+@pytest.mark.slow  # 12 s of fitting (the noise fit's bootstrap): beyond the unit tier's minute
 def test_level_restricted_fit_reproduces_the_committed_profile(tmp_path):
     """Fit on c=1,4 only (the committed command): the committed profile, with its levels recorded."""
     out = tmp_path / "cpu.yaml"
