@@ -27,10 +27,21 @@ from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_c
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy
-from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, CountHold, EdgeAction, Phase, PhaseTracker, Schedule, edge_actions
+from loadtest.shape import (
+    CONFIRM,
+    SNAPSHOT,
+    WRITE,
+    EdgeAction,
+    Phase,
+    PhaseHold,
+    PhaseTracker,
+    Schedule,
+    count_epoch,
+    edge_actions,
+)
 from tts_predictor.control import MAX_HOST_DELAY_US, write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
-from ttsrecords.records import RUN_SCHEMA, ControlWrite, JsonlWriter, RequestRecord, dumps
+from ttsrecords.records import RUN_SCHEMA, ControlConfirm, ControlWrite, JsonlWriter, RequestRecord, dumps
 
 log = logging.getLogger("loadtest")
 MSG_PHASE = "tts_phase"
@@ -173,7 +184,7 @@ class Session:
         self.started = None
         self.finished = False
         self.inflight = 0  # open loop: requests running in this process
-        self.hold: CountHold | None = None
+        self.hold: PhaseHold | None = None
         self._looking = None  # the greenlet of the count-phase look in flight
         self._seen: dict[int, bool | None] = {}  # step -> has its count phase seen a predictor call (last look)
         self._flush_sent = False
@@ -240,7 +251,7 @@ class Session:
         }
         self.scenario = scenario
         self.tracker = PhaseTracker(Schedule(scenario, count=control is not None))
-        self.hold = CountHold(self.run["timeout_s"])
+        self.hold = PhaseHold(self.run["timeout_s"])
         if not getattr(self.env, "stop_timeout", None):
             # A user the shape stops (a lower level follows: the seeded level order goes down as often as up, and
             # the end of the run) finishes the request it is in, bounded by the request timeout, so that request
@@ -296,17 +307,19 @@ class Session:
             self._open_writers()
             if self.role == "local":
                 self._adopt(self.run)
-        probe = self._count_moved if self.edges is not None and not self.aborted else None
+        ready = self._phase_ready if self.edges is not None and not self.aborted else None
         cur, t = self.tracker.current, run_time - self.hold.held_s
-        if probe is not None and cur is not None and cur.phase == "count" and t >= cur.ends - LOOK_AHEAD_S:
+        if ready is not None and cur is not None and cur.phase == "count" and t >= cur.ends - LOOK_AHEAD_S:
             self._look(cur.step)
-        phase, transitions = self.tracker.tick(self.hold.schedule_time(run_time, cur, probe))
+        phase, transitions = self.tracker.tick(self.hold.schedule_time(run_time, cur, ready))
         base = self.run.get("control_epoch")
         for old, new in transitions:
-            if old is not None and old.phase == "count" and self.hold.by_step.get(old.step):
-                log.warning("step %d concurrency %d: count phase held %.1f s past its end until the sync observer saw "
-                            "a predictor call (at most %g s)", old.step, old.concurrency, self.hold.by_step[old.step],
-                            self.hold.limit_s)
+            held = self.hold.by_phase.get((old.step, old.phase)) if old is not None else None
+            if held:
+                why = ("the sync observer saw a predictor call" if old.phase == "count" else
+                       "the server showed the observer-off write")
+                log.warning("step %d concurrency %d: %s phase held %.1f s past its end until %s (at most %g s)",
+                            old.step, old.concurrency, old.phase, held, why, self.hold.limit_s)
             self._queue(edge_actions(old, new, base))
         if transitions:
             self.set_phase(phase)
@@ -330,10 +343,20 @@ class Session:
 
         self._looking = gevent.spawn(look)
 
-    def _count_moved(self, step: int) -> bool | None:
-        """CountHold's probe: the last finished look's answer, False (not seen yet) before one has finished."""
-        self._look(step)
-        return self._seen.get(step, False)
+    def _phase_ready(self, phase: Phase) -> bool | None:
+        """PhaseHold's question at a due phase end. Count phase: the last finished look's answer (False, not seen
+        yet, before one has finished). Warm-up after a count phase: has the server shown the observer-off write
+        (False while its confirmation is still waiting; None once it gave up)?"""
+        if phase.phase == "count":
+            self._look(phase.step)
+            return self._seen.get(phase.step, False)
+        base = self.run.get("control_epoch")
+        if base is None or not any(p.phase == "count" and p.step == phase.step for p in self.tracker.schedule.phases):
+            return None  # no count phase before this warm-up: no observer-off write to wait for
+        epoch = count_epoch(base, phase.step, False)
+        if epoch not in self.edges.confirmed:
+            return False
+        return True if self.edges.confirmed[epoch] is not None else None
 
     def _queue(self, actions: list[EdgeAction]) -> None:
         """Run edge actions in one greenlet, in order (a confirm may wait; the users go on meanwhile)."""
@@ -512,7 +535,7 @@ class Session:
             "locust_version": _locust_version(),
             "argv": sys.argv,
             "workers": self.workers if self.role == "master" else {"local": {"label": "local"}},
-            "count_held_s": {str(k): round(v, 3) for k, v in sorted(self.hold.by_step.items())},
+            "phase_holds_s": self.hold.record(),
             "requests_lines": self.requests_writer.lines if self.requests_writer else 0,
             "counters_lines": self.counters_writer.lines if self.counters_writer else 0,
         }
@@ -560,9 +583,15 @@ class EdgeRunner:
                 return
             self.write_line(ControlWrite(step=a.step, concurrency=a.concurrency, phase=a.phase, t=self.clock(),
                                          variant=self.variant, observe=a.observe, epoch=a.epoch).to_dict())
+        elif a.kind == CONFIRM and not self.scraper.targets:  # nothing to ask: unknown, and nothing to record
+            self.confirmed[a.epoch] = None
         elif a.kind == CONFIRM:
-            self.confirmed[a.epoch] = self.scraper.confirm_epoch(a.epoch, self.confirm_s, sleep=sleep)
-            if self.confirmed[a.epoch] is None:
+            t0 = self.clock()
+            shown = self.scraper.confirm_epoch(a.epoch, self.confirm_s, sleep=sleep)
+            self.write_line(ControlConfirm(step=a.step, concurrency=a.concurrency, epoch=a.epoch, t=self.clock(),
+                                           waited_s=round(self.clock() - t0, 3), shown=shown is not None).to_dict())
+            self.confirmed[a.epoch] = shown
+            if shown is None:
                 log.warning("control epoch %d not shown by the server within %.1f s", a.epoch, self.confirm_s)
         elif a.kind == SNAPSHOT and self.scraper.targets:
             self.scraper.scrape(a.step, a.concurrency, a.edge)

@@ -90,31 +90,41 @@ class PhaseTracker:
         return new, list(zip(seq[:-1], seq[1:], strict=True))
 
 
-class CountHold:
-    """Keeps a count phase open past its scheduled end while the sync observer has, for certain, seen no predictor
-    call in it (on the real CPU server a c=1 stream now and then stalls for 40 s; a count window without a call has
-    nothing to verify and its block is lost). The schedule then runs on run time less the holds, so every later phase
-    keeps its length. At most `limit_s` per count phase (the request timeout: a serving engine makes a predictor call
-    within one request's time); an unknown answer (no counters, a failed probe) never holds."""
+class PhaseHold:
+    """Keeps a phase open past its scheduled end while what must happen in it has, for certain, not happened yet:
+    a count phase until the sync observer has seen a predictor call (on the real CPU server a c=1 stream now and
+    then stalls for 40 s, and a count window without a call has nothing to verify), and the warm-up after a count
+    phase until the server has shown the observer-off write (a scrape of a busy CPU server took up to 44 s, and the
+    measure window must not open with the observer on). `ready(phase)` answers: False holds; True, or None (cannot
+    be known: a failed probe, no control channel), lets the phase end. The schedule runs on run time less the holds,
+    so every later phase keeps its length. At most `limit_s` per phase (the request timeout: a serving engine makes
+    a predictor call, and applies a control write, within one request's time)."""
+
+    HELD = ("count", "warmup")
 
     def __init__(self, limit_s: float):
         self.limit_s = limit_s
         self.held_s = 0.0
-        self.by_step: dict[int, float] = {}  # step -> how long its count phase was held past its end
+        self.by_phase: dict[tuple[int, str], float] = {}  # (step, phase) -> how long it was held past its end
 
     def schedule_time(self, run_time: float, current: Phase | None,
-                      moved: Callable[[int], bool | None] | None) -> float:
-        """The schedule's time at `run_time`; `moved(step)` probes the observer (called only at a due count end)."""
+                      ready: Callable[[Phase], bool | None] | None) -> float:
+        """The schedule's time at `run_time`; `ready` is asked only at a due end of a phase that can be held."""
         t = run_time - self.held_s
-        if current is None or current.phase != "count" or t < current.ends or moved is None:
+        if current is None or current.phase not in self.HELD or t < current.ends or ready is None:
             return t
-        held = self.by_step.get(current.step, 0.0)
-        if held >= self.limit_s or moved(current.step) is not False:
+        key = (current.step, current.phase)
+        held = self.by_phase.get(key, 0.0)
+        if held >= self.limit_s or ready(current) is not False:
             return t
-        extra = t - current.ends + 1e-3  # just inside the count phase again
+        extra = t - current.ends + 1e-3  # just inside the phase again
         self.held_s += extra
-        self.by_step[current.step] = held + extra
+        self.by_phase[key] = held + extra
         return run_time - self.held_s
+
+    def record(self) -> dict[str, float]:
+        """For the run manifest: {"<step>/<phase>": seconds held}."""
+        return {f"{k[0]}/{k[1]}": round(v, 3) for k, v in sorted(self.by_phase.items())}
 
 
 # --- what happens at a phase edge -------------------------------------------------------------------------------

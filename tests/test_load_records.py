@@ -16,6 +16,7 @@ from ttsrecords.records import (
     REQUEST_SCHEMA,
     TELEMETRY_SCHEMA,
     BlockRecord,
+    ControlConfirm,
     ControlWrite,
     CounterDelta,
     CounterSnapshot,
@@ -198,7 +199,8 @@ def test_manipulation_check_refuses_a_window_that_mixed_variants_and_skips_arms_
     assert none["ok"] and not none["applicable"]
 
 
-COUNTER_KINDS = {"snapshot": CounterSnapshot, "delta": CounterDelta, "control": ControlWrite}
+COUNTER_KINDS = {"snapshot": CounterSnapshot, "delta": CounterDelta, "control": ControlWrite,
+                 "confirm": ControlConfirm}
 
 
 def _asdict_form(record) -> dict:
@@ -249,3 +251,10 @@ def test_committed_record_lines_round_trip_through_the_writer_byte_for_byte(run)
                 record.to_dict()["samples"]["x"] = 1.0
                 assert "x" not in record.samples
     assert lines > 100
+
+
+def test_a_confirm_line_round_trips_through_its_type():
+    c = ControlConfirm(step=1, concurrency=2, epoch=7, t=1796408803.2, waited_s=12.5, shown=True)
+    row = json.loads(dumps(c.to_dict()))
+    assert row["kind"] == "confirm" and row["schema"] == COUNTERS_SCHEMA
+    assert _record_of("counters.jsonl", row) == c and dumps(_asdict_form(c)) == dumps(c.to_dict())

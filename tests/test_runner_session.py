@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from loadtest.scenario import parse_scenario
 from loadtest.scraper import Scraper, compute_delta, parse_metrics, variants_moved
 from loadtest.session import EdgeRunner
-from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, CountHold, PhaseTracker, Schedule, count_epoch, edge_actions
+from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, PhaseHold, PhaseTracker, Schedule, count_epoch, edge_actions
 from tts_predictor import metrics as m
 from tts_predictor.control import ControlChannel, ControlFile, write_control
 from ttsrecords import records
@@ -82,8 +83,14 @@ def run_window(tmp_path, server_variant, window_variant, base=0, sc=None, idle=F
     t0 = clock.t
     while True:  # Locust's shape ticks about once a second
         t = clock.t - t0
-        if hold is not None:  # as loadtest.session.Session.tick does
-            t = hold.schedule_time(t, tracker.current, scraper.count_moved)
+        if hold is not None:  # as loadtest.session.Session.tick does (there the count look runs in the background)
+            def ready(ph):
+                if ph.phase == "count":
+                    return scraper.count_moved(ph.step)
+                epoch = count_epoch(base, ph.step, False)
+                return False if epoch not in edges.confirmed else (True if edges.confirmed[epoch] else None)
+
+            t = hold.schedule_time(t, tracker.current, ready)
         _, transitions = tracker.tick(t)
         for old, new in transitions:
             edges.pending.extend(edge_actions(old, new, base))
@@ -177,11 +184,11 @@ def test_a_count_phase_is_held_open_until_a_stalled_server_makes_a_predictor_cal
         (tmp_path / sub).mkdir()
     lost, _ = run_window(tmp_path / "a", "fixed", "fixed", stall=(0.0, 20.0))
     assert not records.manipulation_check("fixed", lost)["ok"]  # without the hold the first window verifies nothing
-    hold = CountHold(limit_s=60.0)
+    hold = PhaseHold(limit_s=60.0)
     lines, _ = run_window(tmp_path / "b", "fixed", "fixed", stall=(0.0, 20.0), hold=hold)
     count = records.deltas(lines, "count")
     assert count[0]["observed_calls"] > 0 and count[0]["duration_s"] > 15.0
-    assert 17.0 < hold.by_step[0] < 21.0 and 1 not in hold.by_step  # the second level's count saw calls in time
+    assert 17.0 < hold.by_phase[(0, "count")] < 21.0 and (1, "count") not in hold.by_phase  # the second level's count saw calls in time
     assert records.manipulation_check("fixed", lines)["ok"]
     measure = records.deltas(lines, "measure")
     assert [round(d["duration_s"]) for d in measure] == [5, 5]  # the later phases keep their lengths
@@ -190,17 +197,38 @@ def test_a_count_phase_is_held_open_until_a_stalled_server_makes_a_predictor_cal
 def test_a_count_hold_is_bounded_and_an_unknown_answer_never_holds(tmp_path):
     for sub in "ab":
         (tmp_path / sub).mkdir()
-    hold = CountHold(limit_s=6.0)
+    hold = PhaseHold(limit_s=6.0)
     lines, _ = run_window(tmp_path / "a", "original", "fixed", idle=True, hold=hold)
-    assert set(hold.by_step) == {0, 1} and all(6.0 <= v < 7.5 for v in hold.by_step.values()), hold.by_step
+    counts = {k: v for k, v in hold.by_phase.items() if k[1] == "count"}
+    assert set(counts) == {(0, "count"), (1, "count")} and all(6.0 <= v < 7.5 for v in counts.values()), hold.by_phase
     assert not records.manipulation_check("fixed", lines)["ok"]
 
     def down(url, timeout):
         raise OSError("connection refused")
 
-    hold = CountHold(limit_s=60.0)
+    hold = PhaseHold(limit_s=60.0)
     run_window(tmp_path / "b", "fixed", "fixed", stall=(0.0, 20.0), hold=hold, fetch=down)
-    assert hold.held_s == 0.0 and hold.by_step == {}
+    assert hold.held_s == 0.0 and hold.by_phase == {}
+
+
+def test_a_warmup_is_held_until_the_observer_off_write_is_shown_and_the_measure_keeps_its_length():
+    sc = scen()  # count 2, warm-up 3, measure 5, drain 1 per level
+    tracker, hold = PhaseTracker(Schedule(sc, count=True)), PhaseHold(limit_s=30.0)
+    shown_at = 9.0  # run time at which the confirmation of the first observer-off write comes back
+    now = 0.0
+
+    def ready(ph):
+        return now >= shown_at if (ph.phase, ph.step) == ("warmup", 0) else True
+
+    seen = []
+    for tick in range(40):
+        now = float(tick)
+        phase, _ = tracker.tick(hold.schedule_time(now, tracker.current, ready))
+        seen.append((tick, phase.phase if phase else None))
+    measure = [t for t, ph in seen if ph == "measure"]
+    assert measure[0] == 9  # not at the scheduled 5: the observer was still on
+    assert hold.record() == {"0/warmup": pytest.approx(3.0, abs=0.01)}  # the schedule slipped from 5 to 8
+    assert measure[:5] == [9, 10, 11, 12, 13] and seen[14][1] == "drain"  # the measure window keeps its 5 s
 
 
 def test_the_count_probe_answers_from_the_window_opening_on(tmp_path):

@@ -1,6 +1,6 @@
 """Known-answer calibration of the verdict rule on real A/B runs of the simulator (what is in sample is named).
 
-The rule (ttsreport/inference.py, docs/method.md) was designed and tested on synthetic data only
+The rule (ttsreport/inference/, docs/method.md) was designed and tested on synthetic data only
 (reports/bench/verdicts-synthetic.md); nothing here tunes it. A pool is one or more real runs of `loadtest.ab`
 whose arms differ only by a known answer: A/B rounds with a known extra step delay on arm B
 (`--a vectorized --b vectorized --b-sim-set model.extra_step_pct=X`) and interleaved A/A rounds (true ratio 1).
@@ -471,7 +471,7 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         + (" (in-sample: rounds left out after the fact)" if pool.get("excluded") else ""), "",
         "Everything here ran on the **simulator** (ttssim, `configs/sim/default.yaml`: modelled step times around the "
         "real variant code on CPU), through the production path (`python -m loadtest.ab`, Locust, the runner, the "
-        "statistics). The rule under test (ttsreport/inference.py, docs/method.md) was designed and checked on "
+        "statistics). The rule under test (ttsreport/inference/, docs/method.md) was designed and checked on "
         "synthetic data only (reports/bench/verdicts-synthetic.md: thousands of experiments per cell, which is where "
         "its error rates are known precisely); it was **not tuned on this pool**. This pool checks that the rule "
         "behaves on real windows as on synthetic ones, with the precision its few disjoint experiments allow.", "",

@@ -654,7 +654,7 @@ def markdown(B: Bench, seconds: float, command: str) -> str:
         "# Known-answer benchmark of the verdict's inference (synthetic data)",
         "",
         "Everything below is **simulated**: synthetic paired rounds with a known true ratio, no server involved. "
-        "Each cell draws independent experiments, runs the public API of `ttsreport/inference.py` on each exactly as "
+        "Each cell draws independent experiments, runs the public API of `ttsreport/inference/` on each exactly as "
         "a run would (compare_rounds, decide_levels, sequential_look, variance_components, plan_nested, aa_check, "
         "order_effect, compare_error_rates), and counts outcomes. Rates: k/n = % [Wilson 95 % interval].",
         "",

@@ -205,6 +205,23 @@ class ControlWrite:
 
 
 @dataclass(frozen=True)
+class ControlConfirm:
+    """Whether the server showed a control write (counters.jsonl, kind "confirm"): its epoch gauge read the write's
+    epoch or more within the wait (it applies a write at its next step; an idle server makes none). On a busy CPU
+    server one scrape took up to 44 s, so `waited_s` says how long the edge actions were held up."""
+
+    step: int
+    concurrency: int
+    epoch: int
+    t: float  # epoch seconds, when the wait ended
+    waited_s: float
+    shown: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": COUNTERS_SCHEMA, "kind": "confirm", **_flat(self)}
+
+
+@dataclass(frozen=True)
 class TelemetrySample:
     """blocks/<id>/telemetry.jsonl: one sample of the server's resources (>= 2 Hz during the block).
 
