@@ -51,7 +51,7 @@ from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
 from loadtest.readiness import confirm_ready, make_probe
 from loadtest.scenario import load_scenario
 from loadtest.server_process import ServerError, ServerProcess, stop_group
-from loadtest.shape import Schedule, epochs_per_window
+from loadtest.shape import PhaseHold, Schedule, epochs_per_window
 from loadtest.telemetry import Nvml, Telemetry
 from loadtest.telemetry import describe as describe_telemetry
 from tts_predictor import metrics as pm
@@ -409,7 +409,9 @@ class Runner:
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
             t_load = time.monotonic()
-            self._watch_load(i, w, bdir, st.server, locust, t_load, window_seconds(self.scenario, count) + settle)
+            holds = PhaseHold.most_s(self.scenario, self.s.get("request_timeout_s") or self.scenario.timeout_s, count)
+            self._watch_load(i, w, bdir, st.server, locust, t_load, window_seconds(self.scenario, count) + settle,
+                             holds)
             meta.timing["load_s"] = round(time.monotonic() - t_load, 2)
             tele.stop()
             tele = None
@@ -495,16 +497,19 @@ class Runner:
         return not any(x["start"] == w["start"] for x in later)
 
     def _watch_load(self, i: int, w: dict, bdir: Path, server: ServerProcess, locust: subprocess.Popen,
-                    t_load: float, length_s: float) -> None:
-        """Until Locust exits: progress, and RuntimeError when the server dies, Locust hangs, crashes or wrote nothing."""
+                    t_load: float, length_s: float, holds_s: float = 0.0) -> None:
+        """Until Locust exits: progress, and RuntimeError when the server dies, Locust hangs, crashes or wrote nothing.
+        Hung means past the scenario's length, the most its phase holds can add (loadtest.shape.PhaseHold) and a
+        grace."""
         while locust.poll() is None:
             if self.stop:
                 raise Interrupted
             if not server.alive():
                 raise RuntimeError(f"server died during the load (exit {server.proc.returncode}; see server.log)")
             el = time.monotonic() - t_load
-            if el > length_s + LOCUST_GRACE_S:
-                raise RuntimeError(f"Locust still running {el:.0f} s after start (scenario {length_s:.0f} s)")
+            if el > length_s + holds_s + LOCUST_GRACE_S:
+                raise RuntimeError(f"Locust still running {el:.0f} s after start (scenario {length_s:.0f} s, holds at "
+                                   f"most {holds_s:.0f} s)")
             self.show(i, w, el, length_s)
             time.sleep(0.5)
         if not server.alive():

@@ -122,6 +122,12 @@ class PhaseHold:
         self.by_phase[key] = held + extra
         return run_time - self.held_s
 
+    @classmethod
+    def most_s(cls, scenario: Scenario, limit_s: float, count: bool = True) -> float:
+        """The longest the holds can make one window's load: every holdable phase of every level held to the limit
+        (nothing is held without count phases). The runner's watchdog allows for it."""
+        return len(scenario.steps) * len(cls.HELD) * limit_s if count else 0.0
+
     def record(self) -> dict[str, float]:
         """For the run manifest: {"<step>/<phase>": seconds held}."""
         return {f"{k[0]}/{k[1]}": round(v, 3) for k, v in sorted(self.by_phase.items())}

@@ -231,6 +231,11 @@ def test_a_warmup_is_held_until_the_observer_off_write_is_shown_and_the_measure_
     assert measure[:5] == [9, 10, 11, 12, 13] and seen[14][1] == "drain"  # the measure window keeps its 5 s
 
 
+def test_the_runner_allows_for_the_longest_holds():
+    assert PhaseHold.most_s(scen(), 90.0) == 2 * 2 * 90.0  # two levels, count and warm-up, each to the limit
+    assert PhaseHold.most_s(scen(), 90.0, count=False) == 0.0
+
+
 def test_the_count_probe_answers_from_the_window_opening_on(tmp_path):
     ctl = tmp_path / "control.json"
     srv = FakeServer(ctl, "fixed")
