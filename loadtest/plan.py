@@ -135,6 +135,21 @@ def git_revision() -> str | None:
     return _run_quiet(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
 
 
+# what a run's windows execute: the load generator, the records, the simulator, the plugin, the CPU server's launcher
+CODE_DIRS = ("loadtest", "ttsrecords", "ttssim", "tts_predictor", "cpu_server")
+
+
+def code_fingerprint() -> str:
+    """sha256 over the suite's own Python sources (CODE_DIRS). The runner starts Locust (and a simulator or CPU
+    server) from the checkout for every window, so a checkout edited during a run would mix two codes in one
+    comparison; each window records this, and the statistics warn when windows differ."""
+    h = hashlib.sha256()
+    for d in CODE_DIRS:
+        for path in sorted((ROOT / d).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def environment(images: list[str]) -> dict:
     """What the manifest records about the machine and the code: no environment variables, so no tokens."""
     gpu = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
@@ -550,6 +565,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     manifest["backend"]["base_image_digests"] = {b: ex.local_digests(b) for b in sorted(
         {x.base_image for x in arms.values() if x.backend == "vllm" and x.base_image})} or None
     manifest["git_revision"] = env.pop("git_revision")
+    manifest["code_fingerprint"] = code_fingerprint()
     manifest["host"] = env
     write_json(run / "manifest.json", manifest)
     return run, manifest

@@ -40,6 +40,7 @@ from loadtest.plan import (
     RESUME_POLICY,
     ROOT,
     arms_of,
+    code_fingerprint,
     control_extra,
     experiment_for,
     has_control,
@@ -378,7 +379,12 @@ class Runner:
         bdir = self._fresh_folder(w["block_id"])
         meta = rec.BlockRecord(block_id=w["block_id"], round=w["round"], kind=w["kind"], arm=w["arm"],
                                variant=w["variant"], start=-1, position=w["position"], levels=list(w["levels"]),
-                               attempt=attempt, started=utc(), failed_before=failed_before)
+                               attempt=attempt, started=utc(), failed_before=failed_before,
+                               code_fingerprint=code_fingerprint())
+        if self.m.get("code_fingerprint") and meta.code_fingerprint != self.m["code_fingerprint"]:
+            print(f"\n!!! window {w['block_id']}: the suite's code changed since this run started (sources "
+                  f"{self.m['code_fingerprint']} -> {meta.code_fingerprint}): its windows no longer run one code; "
+                  "the report warns", file=sys.stderr, flush=True)
         rec.write_json(bdir / "block.json", meta.to_dict())
         locust = tele = None
         st: Start | None = None

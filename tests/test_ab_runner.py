@@ -60,8 +60,10 @@ def _intact(run: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_interrupt_then_resume_against_the_simulator(tmp_path):
-    """SIGINT in window 2 stops load and server, leaves consistent files and a partial report; resume finishes."""
+def test_interrupt_then_resume_against_the_simulator(tmp_path, monkeypatch):
+    """SIGINT in window 2 stops load and server, leaves consistent files and a partial report; resume finishes. The
+    resume runs other code (the fingerprint, as if the checkout had been edited): its window says so and the
+    statistics warn."""
     cmd = [sys.executable, "-m", "loadtest.ab", "--a", "original", "--b", "fixed", "--rounds", "1", "--aa-rounds",
            "0", "--out", str(tmp_path), "--name", "run", "--seed", "3", *QUICK]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -95,7 +97,11 @@ def test_interrupt_then_resume_against_the_simulator(tmp_path):
         if b.get("server_url"):
             assert not health(b["server_url"], timeout_s=0.5)[0]
 
+    assert blocks[first]["code_fingerprint"] == man["code_fingerprint"] == plan.code_fingerprint()
+    assert not any("code changed" in w for w in summary["warnings"])
+
     started_first = blocks[first]["started"]
+    monkeypatch.setattr(runner, "code_fingerprint", lambda: "0123456789abcdef")
     assert ab.main(["--resume", str(run)]) == 0
     blocks = _blocks(run)
     assert blocks[first]["started"] == started_first  # fresh: the complete window is not repeated
@@ -105,6 +111,8 @@ def test_interrupt_then_resume_against_the_simulator(tmp_path):
     assert man["status"] == "complete" and man["resumed"]
     summary = json.loads((run / "summary.json").read_text())
     assert not summary["partial"] and summary["complete_blocks"] == 2
+    changed = [w for w in summary["warnings"] if "code changed" in w]
+    assert len(changed) == 1 and f"{second} (0123456789abcdef)" in changed[0] and first not in changed[0], changed
     _intact(run)
 
 

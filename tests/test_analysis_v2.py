@@ -504,3 +504,21 @@ def test_a_sequential_run_with_a_failed_arm_claims_nothing_there(tmp_path):
     assert head["text"].startswith("B failed at c=8 in 1 of 6 rounds: no speed claim there")
     assert head["levels"]["8"]["kind"] == "failed" and head["levels"]["8"]["ci_decision"] is None
     assert head["levels"]["2"]["kind"] == "faster" and head["levels"]["2"]["ci_decision"][0] > 1.0
+
+
+def test_windows_run_under_other_code_than_the_run_start_are_named(tmp_path):
+    run = sr.fresh(tmp_path / "r", rounds=2, aa_rounds=0)
+    man = json.loads((run / "manifest.json").read_text())
+    man["code_fingerprint"] = "aaaa"
+    (run / "manifest.json").write_text(json.dumps(man))
+    blocks = sorted((run / "blocks").iterdir())
+    for i, b in enumerate(blocks):
+        meta = json.loads((b / "block.json").read_text())
+        meta["code_fingerprint"] = "bbbb" if i == len(blocks) - 1 else "aaaa"
+        (b / "block.json").write_text(json.dumps(meta))
+    warn = [w for w in summarize(run)[0]["warnings"] if "code changed" in w]
+    assert len(warn) == 1 and f"1 window(s) ran other code: {blocks[-1].name} (bbbb)" in warn[0], warn
+    meta = json.loads((blocks[-1] / "block.json").read_text())
+    meta["code_fingerprint"] = "aaaa"
+    (blocks[-1] / "block.json").write_text(json.dumps(meta))
+    assert not [w for w in summarize(run)[0]["warnings"] if "code changed" in w]

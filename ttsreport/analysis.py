@@ -432,6 +432,13 @@ HOST_BUSY_PCT = 90.0  # a measure window whose host CPUs were this busy on avera
 
 def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
     out = []
+    code = (run.get("manifest") or {}).get("code_fingerprint")
+    other = [f"{b['meta'].get('block_id')} ({b['meta'].get('code_fingerprint')})" for b in run["blocks"]
+             if code and b["meta"].get("code_fingerprint") not in (None, code)]
+    if other:
+        out.append(f"the suite's code changed during the run (sources {code} at its start): {len(other)} window(s) "
+                   f"ran other code: {', '.join(other[:4])}{' ...' if len(other) > 4 else ''}; a comparison needs "
+                   "one code for every window: rerun from a checkout left alone")
     for side, arm in sorted(((run.get("manifest") or {}).get("arms") or {}).items()):
         if (arm or {}).get("plugin_source_check") == "skipped":
             out.append(f"arm {side} ({arm.get('label')}) ran with {ENV_SKIP_SOURCE_CHECK}=1: the plugin did not "
