@@ -123,7 +123,7 @@ def test_counter_and_block_records_keep_the_documented_field_order():
     block = BlockRecord(block_id="000-s000-r0-aa-A", round=0, kind="aa", arm="A", variant="original")
     assert list(block.to_dict()) == ["schema", "block_id", "round", "kind", "arm", "variant", "start", "position",
                                      "levels", "epoch", "attempt", "status", "reason", "started", "ended",
-                                     "server_url", "failed_before", "timing"]
+                                     "server_url", "failed_before", "code_fingerprint", "timing"]
     assert block.to_dict()["status"] == "interrupted"  # written before the block starts: a killed runner says so
     block.requests = {"measure": 1}
     assert block.to_dict()["requests"] == {"measure": 1} and block.to_dict()["schema"] == BLOCK_SCHEMA
