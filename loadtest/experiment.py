@@ -35,10 +35,10 @@ import yaml
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
+from ttsrecords.paths import ROOT
 from ttsrecords.samples import total
 
 SCHEMA = "tts-experiment/1"
-ROOT = Path(__file__).resolve().parent.parent
 SERVE_SH = "docker/serve.sh"
 MISSION = "configs/experiments/mission-016-original-vs-fixed.yaml"
 # vllm-omni releases the suite has images for (docker/serve.sh SUPPORTED); the plugin exists for the first only.

@@ -31,9 +31,9 @@ from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 from ttsrecords import runsettings as rs
+from ttsrecords.paths import ROOT
 from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
 
-ROOT = Path(__file__).resolve().parent.parent
 DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
 # A window that failed (infrastructure) reruns its whole round at once, in a new attempt, this many times; after that
 # the round keeps its failure (a server that never starts is not retried forever) and the run goes on.

@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from ttsrecords.paths import ROOT
+
 STOP_WAIT_S = 15.0
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ, DECODE_CALLS_PER_STEP, PREFILL_CALLS_PER_STEP
+from ttsrecords.paths import ROOT
 from ttsrecords.records import MICRO_SCHEMA, sim_profile_copy
 from ttssim import fit as sim_fit
 from ttssim.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL_FRAMES = 48  # request lengths (codec frames) of arm A handed to the virtual engine, in the order they ran
 
 

@@ -24,13 +24,12 @@ import numpy as np
 
 from tts_predictor import domain
 from tts_predictor import metrics as M
+from ttsrecords.paths import ROOT
 from ttsrecords.samples import stored_total
 
 from . import model as sim_model
 from . import public, virtual
 from .config import FIT_SUFFIX, SimConfig, load_config
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 # --- predictions of the public metrics ------------------------------------------------------------------------
@@ -486,11 +485,11 @@ def main(argv=None) -> int:
                       f"(chi2 {r.chi2:.1f} on {r.dof} dof)")
             if args.write:
                 for path in write_profiles(f):
-                    print(f"wrote {path.relative_to(REPO)} (+{FIT_SUFFIX})")
+                    print(f"wrote {path.relative_to(ROOT)} (+{FIT_SUFFIX})")
             return 0
         if not args.run:
             p.error("give reports/<run> or --public")
-        base = load_config(REPO / args.base if not Path(args.base).is_absolute() else args.base)
+        base = load_config(ROOT / args.base if not Path(args.base).is_absolute() else args.base)
         run = Path(args.run)
         if not run.is_dir():
             raise ValueError(f"{run}: not a directory")
@@ -531,7 +530,7 @@ def main(argv=None) -> int:
 
 
 # --- the profiles in configs/sim, regenerated from the public fit ---------------------------------------------
-PROFILE_DIR = REPO / "configs" / "sim"
+PROFILE_DIR = ROOT / "configs" / "sim"
 PREFILL_MS = 10.0  # per admitted Base request; not separable from code2wav in the public data (set, not fitted)
 
 

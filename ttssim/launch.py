@@ -18,11 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from tts_predictor.domain import VARIANT_NAMES
+from ttsrecords.paths import ROOT
 
-REPO = Path(__file__).resolve().parent.parent
 SERVE_SH = "docker/serve.sh"
 CPU_SERVE = "cpu_server/serve.py"
 
@@ -53,7 +52,7 @@ def probe_gpu(before: str, env: dict | None = None) -> tuple[bool, str]:
     """`docker run --gpus` works without a runtime entry (the toolkit's hook), so a container that sees the GPU
     decides (docker/serve.sh --probe-gpu, in an image already on the host)."""
     try:
-        out = subprocess.run(["bash", SERVE_SH, "--probe-gpu"], cwd=REPO, capture_output=True, text=True,
+        out = subprocess.run(["bash", SERVE_SH, "--probe-gpu"], cwd=ROOT, capture_output=True, text=True,
                              timeout=120, env={**os.environ, **(env or {})})
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"{before}; the GPU probe failed: {e}"
@@ -116,13 +115,13 @@ def main(argv=None) -> int:
     bar = "=" * 96
     print(f"{bar}\n== make serve: BACKEND={backend} -> {what}\n== because {reason}\n== {' '.join(cmd)}\n{bar}",
           flush=True)
-    if script and not (REPO / script).is_file():
+    if script and not (ROOT / script).is_file():
         print(f"make serve: {script} is missing: the {backend} backend is not set up in this checkout", file=sys.stderr)
         return 2
     if backend == "sim" and args.dry_run:
         print("DRY_RUN: not starting the simulator")
         return 0
-    os.chdir(REPO)
+    os.chdir(ROOT)
     try:
         os.execvpe(cmd[0], cmd, env)
     except OSError as e:
