@@ -162,6 +162,10 @@ class Scraper:
                                   variant_hint=self.variant_hint)
         self._write(CounterDelta(step=step, concurrency=concurrency, target=target, window=window, **delta).to_dict())
 
+    def _first_rows(self) -> list:
+        """The first target's samples now (raises what the fetch or the parser raises)."""
+        return parse_metrics(self._fetch(self.targets[0], self._timeout))[1]
+
     def count_moved(self, step: int) -> bool | None:
         """Has the sync observer seen a predictor call since this step's count_start snapshot (first target)? False
         also before that snapshot is taken; None when it cannot be known: a failed scrape, a server without the
@@ -174,7 +178,7 @@ class Scraper:
         if opened[1] is None:  # the count_start scrape failed: no base to compare with
             return None
         try:
-            _, rows = parse_metrics(self._fetch(self.targets[0], self._timeout))
+            rows = self._first_rows()
         except Exception:  # a failed probe is only a missed look; the count_end snapshot records the truth
             return None
         if gauge(rows, m.CONTROL_EPOCH) is None:  # no control channel: nothing switched the observer on
@@ -192,8 +196,7 @@ class Scraper:
         deadline = self._clock() + timeout_s
         while True:
             try:
-                _, rows = parse_metrics(self._fetch(self.targets[0], self._timeout))
-                value = gauge(rows, m.CONTROL_EPOCH)
+                value = gauge(self._first_rows(), m.CONTROL_EPOCH)
                 if value is not None and value >= epoch:
                     return self._clock()
             except Exception:  # a failed poll is only a missed chance; the snapshot after it records the truth

@@ -347,16 +347,12 @@ class Session:
         """PhaseHold's question at a due phase end. Count phase: the last finished look's answer (False, not seen
         yet, before one has finished). Warm-up after a count phase: has the server shown the observer-off write
         (False while its confirmation is still waiting; None once it gave up)?"""
-        if phase.phase == "count":
-            self._look(phase.step)
+        if phase.phase == "count":  # the tick started the look (LOOK_AHEAD_S before this end)
             return self._seen.get(phase.step, False)
         base = self.run.get("control_epoch")
         if base is None or not any(p.phase == "count" and p.step == phase.step for p in self.tracker.schedule.phases):
             return None  # no count phase before this warm-up: no observer-off write to wait for
-        epoch = count_epoch(base, phase.step, False)
-        if epoch not in self.edges.confirmed:
-            return False
-        return True if self.edges.confirmed[epoch] is not None else None
+        return self.edges.shown(count_epoch(base, phase.step, False))
 
     def _queue(self, actions: list[EdgeAction]) -> None:
         """Run edge actions in one greenlet, in order (a confirm may wait; the users go on meanwhile)."""
@@ -568,6 +564,13 @@ class EdgeRunner:
         self.confirm_s = max(CONFIRM_MIN_S, min(counts) if counts else 0.0)
         self.confirmed: dict[int, float | None] = {}  # epoch -> when the server showed it (None: not in time)
 
+    def shown(self, epoch: int) -> bool | None:
+        """Has the server shown the write of `epoch`? False while its confirmation is still to come or waiting, True
+        once shown, None once the wait gave up (unknown)."""
+        if epoch not in self.confirmed:
+            return False
+        return True if self.confirmed[epoch] is not None else None
+
     def run_pending(self, sleep=time.sleep) -> None:
         while self.pending:
             self.do(self.pending.pop(0), sleep)
@@ -588,8 +591,9 @@ class EdgeRunner:
         elif a.kind == CONFIRM:
             t0 = self.clock()
             shown = self.scraper.confirm_epoch(a.epoch, self.confirm_s, sleep=sleep)
-            self.write_line(ControlConfirm(step=a.step, concurrency=a.concurrency, epoch=a.epoch, t=self.clock(),
-                                           waited_s=round(self.clock() - t0, 3), shown=shown is not None).to_dict())
+            t1 = self.clock()
+            self.write_line(ControlConfirm(step=a.step, concurrency=a.concurrency, epoch=a.epoch, t=t1,
+                                           waited_s=round(t1 - t0, 3), shown=shown is not None).to_dict())
             self.confirmed[a.epoch] = shown
             if shown is None:
                 log.warning("control epoch %d not shown by the server within %.1f s", a.epoch, self.confirm_s)

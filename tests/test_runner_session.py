@@ -87,8 +87,7 @@ def run_window(tmp_path, server_variant, window_variant, base=0, sc=None, idle=F
             def ready(ph):
                 if ph.phase == "count":
                     return scraper.count_moved(ph.step)
-                epoch = count_epoch(base, ph.step, False)
-                return False if epoch not in edges.confirmed else (True if edges.confirmed[epoch] else None)
+                return edges.shown(count_epoch(base, ph.step, False))
 
             t = hold.schedule_time(t, tracker.current, ready)
         _, transitions = tracker.tick(t)

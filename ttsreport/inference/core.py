@@ -21,8 +21,6 @@ POWER = 0.8  # power the "rounds needed" estimate aims at
 SPREAD_BOUND = 0.8  # one-sided confidence of the upper bound on the spread that estimate assumes
 MAX_UNITS = 10_000  # beyond this many rounds (or starts) a target counts as out of reach
 OUT_OF_REACH = 200  # more units than this, at the spread's upper bound, is "out of reach at this noise"
-SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
-LOG_BOUND_CAP = math.log(1e6)  # a repeated interval's bound beyond a ratio of 1e6 (or 1e-6) is shown there: unbounded
 SEQ_SEED = 20260  # fixed: the boundary is a deterministic function of (min_rounds, max_rounds, alpha)
 
 

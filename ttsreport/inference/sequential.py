@@ -12,7 +12,10 @@ from scipy import special as sc
 
 from ttsrecords.runsettings import MAX_SEQ_UNITS, MIN_UNITS
 
-from .core import LOG_BOUND_CAP, SEQ_PATHS, SEQ_SEED, _check_margin, _headline, _mean_se, _number, holm
+from .core import SEQ_SEED, _check_margin, _headline, _mean_se, _number, holm
+
+SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
+LOG_BOUND_CAP = math.log(1e6)  # a repeated interval's bound beyond a ratio of 1e6 (or 1e-6) is shown there: unbounded
 
 
 def sequential_claim_interval(d: Sequence, *, min_rounds: int, max_rounds: int, alpha_step: float) -> list | None:
