@@ -116,8 +116,11 @@ def run_request(
     expected_s: tuple[float, float] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     max_bytes: int = MAX_RESPONSE_BYTES,
+    deadline_s: float | None = None,
 ) -> Outcome:
-    """POST one speech request. TTFA = first non-empty body chunk; E2E = last byte (not headers)."""
+    """POST one speech request. TTFA = first non-empty body chunk; E2E = last byte (not headers). `deadline_s` bounds
+    the whole request (the transport's timeout bounds each wait for a byte, so a stream that trickles would outlive
+    it: a 149 s stream was seen under a 90 s timeout on the real CPU server); past it the request is a failure."""
     t0 = clock()
     status = None
     ttfa = None
@@ -158,6 +161,9 @@ def run_request(
                 elif ttfa is None:
                     ttfa = clock() - t0
                 nbytes += len(chunk)
+                if deadline_s is not None and clock() - t0 > deadline_s:
+                    return _fail(f"request timeout: still streaming after {deadline_s:g} s (reading stopped)", status,
+                                 ttfa, clock() - t0, nbytes)
                 if nbytes > max_bytes:
                     return _fail(f"response exceeds {max_bytes} bytes: reading stopped", status, ttfa, clock() - t0,
                                  nbytes)

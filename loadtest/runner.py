@@ -415,7 +415,8 @@ class Runner:
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
             t_load = time.monotonic()
-            holds = PhaseHold.most_s(self.scenario, self.s.get("request_timeout_s") or self.scenario.timeout_s, count)
+            holds = PhaseHold.most_s(self.scenario, self.scenario.request_limit_s(self.s.get("request_timeout_s")),
+                                     count)
             self._watch_load(i, w, bdir, st.server, locust, t_load, window_seconds(self.scenario, count) + settle,
                              holds)
             meta.timing["load_s"] = round(time.monotonic() - t_load, 2)

@@ -65,6 +65,11 @@ class Scenario:
     def duration_s(self) -> float:
         return sum(s.duration_s for s in self.steps)
 
+    def request_limit_s(self, override: float | None = None) -> float:
+        """One request's time limit: `--request-timeout` when given, else the scenario's timeout_s. The load
+        generator's client, its phase holds and the runner's watchdog all bound by it, so they agree."""
+        return override or self.timeout_s
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["steps"] = [asdict(s) for s in self.steps]

@@ -245,7 +245,7 @@ class Session:
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
             "seed": seed, "variant": o.variant or None, "model": model, "request": o.request, "host": host, "metrics_urls": targets,
-            "timeout_s": o.request_timeout or scenario.timeout_s, "control": control,
+            "timeout_s": scenario.request_limit_s(o.request_timeout), "control": control,
             "control_epoch": o.control_epoch if control else None, "control_sim": control_sim,
             "control_host_delay_us": delay_us or None,
         }
@@ -448,7 +448,7 @@ class Session:
         seq = self._prompts.drawn - 1
         t_start = time.time()
         out = run_request(transport, self._payloads.body(prompt), self.run["mode"],
-                          expected_s=self._bounds.range_for(prompt.text))
+                          expected_s=self._bounds.range_for(prompt.text), deadline_s=self.run["timeout_s"])
         return self.record(ph, prompt.id, prompt.bucket, t_start, out, seq=seq)
 
     def record(self, ph: Phase, prompt_id: str, bucket: str, t_start: float, out: Outcome,

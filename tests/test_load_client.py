@@ -77,6 +77,18 @@ def test_stream_ttfa_is_first_non_empty_chunk_and_e2e_the_last_byte():
     assert t.calls[0][0] == "/v1/audio/speech"
 
 
+def test_a_stream_that_trickles_past_the_request_timeout_fails():
+    clk = Clock()
+    # every chunk comes within the transport's per-read timeout, but the whole stream takes 3.5 s against 2 s
+    chunks = [(0.5, pcm(0.5))] * 7
+    out = run_request(FakeTransport(clk, FakeResponse(clk, 200, chunks)), b"{}", "stream", clock=clk, deadline_s=2.0)
+    assert not out.ok and out.error.startswith("request timeout: still streaming after 2 s"), out.error
+    assert out.e2e_s == pytest.approx(2.5) and out.ttfa_s == pytest.approx(0.5)  # stopped at the first chunk past it
+    clk2 = Clock()
+    ok = run_request(FakeTransport(clk2, FakeResponse(clk2, 200, chunks)), b"{}", "stream", clock=clk2, deadline_s=4.0)
+    assert ok.ok and ok.e2e_s == pytest.approx(3.5)
+
+
 def test_wav_mode_decodes_frames():
     clk = Clock()
     body = wav(1.5)

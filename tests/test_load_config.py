@@ -29,6 +29,12 @@ def test_shipped_scenarios_are_valid():
     assert scenario_from_dict(d.to_dict()) == d  # the master sends it to workers this way
 
 
+def test_one_request_limit_for_client_holds_and_watchdog():
+    cpu = load_scenario(SCEN / "cpu.yaml")
+    assert cpu.request_limit_s() == cpu.request_limit_s(None) == cpu.request_limit_s(0) == cpu.timeout_s
+    assert cpu.request_limit_s(cpu.timeout_s + 7.5) == cpu.timeout_s + 7.5  # --request-timeout wins
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

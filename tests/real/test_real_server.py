@@ -135,11 +135,15 @@ def real(tmp_path_factory, sim):
             proc.stop(wait_s=STOP_WAIT_S)
 
 
-def _answers(url: str, cases) -> dict[str, dict]:
-    """{case id: outcome} over HTTP, four at a time (the real server batches them)."""
+def _answers(url: str, cases, seconds: dict[str, float] | None = None) -> dict[str, dict]:
+    """{case id: outcome} over HTTP, four at a time (the real server batches them); each case's wall time goes into
+    `seconds` when given (the sweep prints its slowest cases, which is where its time goes)."""
     def one(case):
         headers = {} if case.content_type is None else {"Content-Type": case.content_type}
+        t0 = time.monotonic()
         r = httpx.post(f"{url}/v1/audio/speech", content=raw(case), headers=headers, timeout=300)
+        if seconds is not None:
+            seconds[case.id] = time.monotonic() - t0
         return case.id, outcome(r.status_code, r.headers.get("content-type", ""), r.content)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -219,7 +223,10 @@ def test_the_parity_cases_get_the_same_answer_from_the_real_server_and_the_simul
     accepted_by_sim = [c for c in cases if got_sim[c.id]["accept"]]
     cases = [c for c in cases if not got_sim[c.id]["accept"]] + accepted_by_sim[::ACCEPTED_EVERY]
     assert len(cases) >= 60, len(cases)
-    got_real = _answers(real.url, cases)
+    took: dict[str, float] = {}
+    t0 = time.monotonic()
+    got_real = _answers(real.url, cases, took)
+    sweep_s = time.monotonic() - t0
     dead = engine_log.dead_line(real.proc.log_tail(4_000_000))
     assert dead is None, f"a parity case killed the real engine: {dead}"
     wrong = []
@@ -234,7 +241,8 @@ def test_the_parity_cases_get_the_same_answer_from_the_real_server_and_the_simul
                          f"{str((r['error'] or {}).get('message'))[:100]!r}; simulator {s['accept']}/{s['status']}")
     accepted = sum(o["accept"] for o in got_real.values())
     print(f"\ntest-real: {len(cases)} parity cases over HTTP: the real server accepts {accepted}, the simulator "
-          f"{sum(o['accept'] for o in got_sim.values())}; {len(wrong)} differ")
+          f"{sum(o['accept'] for o in got_sim.values())}; {len(wrong)} differ; {sweep_s:.0f} s, slowest "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(took.items(), key=lambda kv: -kv[1])[:5]))
     assert not wrong, "\n".join(wrong)
     assert 15 <= accepted <= len(cases) - 20, accepted  # plenty of both
 
