@@ -59,6 +59,12 @@ def banner(release: str = VLLM_OMNI) -> str:
 STOP_GRACE_S = CPU_STOP_GRACE_S
 HEALTH_TIMEOUT_S = CPU_HEALTH_TIMEOUT_S  # a start takes 2-4 minutes on a busy 2-core box
 KV_CACHE_GIB = 1  # per engine (VLLM_CPU_KVCACHE_SPACE; vLLM's default of 4 GiB x 2 stages is too much here)
+# vLLM's workers spin on their shared-memory queue between steps, which kept both cores of this box busy even when
+# the server was idle; with VLLM_SLEEP_WHEN_IDLE=1 a worker that saw no work for 3 s polls every 0.1 s instead
+# (vllm/distributed/device_communicators/shm_broadcast.py, SpinSleepTimer). Measured idle: about 10 % of the CPUs
+# busy instead of 100 %. The cost is up to 0.1 s on the first step after 3 s without one, which no measure window
+# sees (a warm-up precedes it). Set VLLM_SLEEP_WHEN_IDLE=0 in the environment to spin as on a GPU host.
+SLEEP_WHEN_IDLE = "1"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tts-loadtest"
 
 
@@ -75,6 +81,7 @@ def server_env(args, prom_dir: str) -> dict[str, str]:
     env.update(PROMETHEUS_MULTIPROC_DIR=prom_dir, HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB),
                VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    env.setdefault("VLLM_SLEEP_WHEN_IDLE", SLEEP_WHEN_IDLE)
     if plugin:
         env["TTS_PREDICTOR_VARIANT"] = args.variant
         env.setdefault("TTS_PREDICTOR_SYNC_SAMPLE", "32")

@@ -445,7 +445,12 @@ def mission(a: str = "original", b: str = "fixed", path: str | Path = ROOT / MIS
         arms[name] = replace(arm, label=variant, variant=variant, evidence=ev, sim=sim)
     if a == b:
         raise ExperimentError(f"{exp.path}: arms: A and B are both {a!r} (an A/A run is the design's aa_rounds)")
-    return replace(exp, arms=arms)
+    if (a, b) == tuple(arm.variant for arm in exp.arms.values()):
+        return replace(exp, arms=arms)
+    # other variants than the file's: the report's title and idea say what ran, not the file's question
+    return replace(exp, arms=arms, name=f"vllm-omni-016-{a}-vs-{b}",
+                   idea=f"vllm-omni 0.16.0, build_attn_metadata {a} (A) against {b} (B) through the plugin, "
+                        "nothing else changed")
 
 
 def simulated(exp: Experiment) -> Experiment:

@@ -83,7 +83,7 @@ def test_make_serve_dry_run_prints_every_command():
     assert "REAL vllm-omni 0.16.0 on CPU, tiny random model: the pipeline is real, the timings are not a GPU's" \
         in out.stdout
     for needle in ("cpu_server/venv.sh", "-m tts_omni_cpu.tiny_model", "TTS_PREDICTOR_VARIANT=fixed",
-                   "PROMETHEUS_MULTIPROC_DIR=", "bin/vllm-omni serve", "--omni --stage-configs-path",
+                   "PROMETHEUS_MULTIPROC_DIR=", "VLLM_SLEEP_WHEN_IDLE=1", "bin/vllm-omni serve", "--omni --stage-configs-path",
                    "cpu_server/qwen3_tts_cpu.yaml", "--port 18123", "--served-model-name"):
         assert needle in out.stdout, needle
 

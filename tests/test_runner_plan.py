@@ -279,6 +279,14 @@ def test_demo_preset_is_a_swap_design_on_the_demo_files():
     assert argparse.Namespace is type(a)
 
 
+def test_the_shorthand_with_other_variants_is_named_after_them():
+    # make ab A=original B=vectorized: the mission file asks original vs fixed, the title must not say so
+    other = plan.experiment_for({"a": "original", "b": "vectorized"})
+    assert other.name == "vllm-omni-016-original-vs-vectorized" and "#1614" not in other.idea
+    assert [a.variant for a in other.arms.values()] == ["original", "vectorized"]
+    assert plan.experiment_for({"a": "original", "b": "fixed"}).name == "mission-016-original-vs-fixed"
+
+
 def test_a_known_answer_run_is_not_named_after_the_mission():
     # --a X --b X --b-sim-set ...: the report's title and idea must say what ran, not "original vs fixed"
     ka = plan.experiment_for({"a": "vectorized", "b": "vectorized", "simulate": True,

@@ -32,10 +32,10 @@ from tools.bench_sim import ref_audio_uri, scrape
 from tools.sim_server import SimServer
 from tts_predictor import domain
 from tts_predictor import metrics as M
+from ttsrecords.paths import ROOT
 from ttssim import fit, public
 from ttssim.config import SimConfig, load_config
 
-REPO = Path(__file__).resolve().parent.parent
 HEADERS = {"Content-Type": "application/json"}
 
 
@@ -136,7 +136,7 @@ def bodies_for(frames: list[int], cfg: SimConfig, ref: str) -> list[bytes]:
 # --- the setups -------------------------------------------------------------------------------------------------
 def run_ci(quick: bool, ref: str, log) -> dict:
     profile = "configs/sim/" + public.CI_SETUP.profile
-    cfg = load_config(REPO / profile)
+    cfg = load_config(ROOT / profile)
     variant = public.CI_SETUP.variants[0]
     levels = ((1, 5, 2), (8, 16, 8)) if quick else public.CI_SETUP.levels
     out = {}
@@ -157,8 +157,8 @@ def run_ci(quick: bool, ref: str, log) -> dict:
 
 def run_seed(quick: bool, ref: str, log) -> dict:
     profile = "configs/sim/" + public.SEED_SETUP.profile
-    cfg = load_config(REPO / profile)
-    stored = fit.load_fit(REPO / profile)
+    cfg = load_config(ROOT / profile)
+    stored = fit.load_fit(ROOT / profile)
     frames = list(fit.seed_frames(stored["seed_mean_frames"][0]))
     runs = 1 if quick else public.SEED_SETUP.runs
     out: dict[str, list[dict]] = {v: [] for v in public.SEED_SETUP.variants}
@@ -205,7 +205,7 @@ UNITS = {"ttfp_p50": "p50 TTFP ms", "rtf_p50": "p50 RTF", "audio_tput": "audio-s
 
 def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_before, load_after) -> tuple[str,
                                                                                                            dict]:
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     lines = [
         "# Simulator fidelity: ttssim against every public number it models",
         "",
@@ -275,9 +275,9 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
     sim_eff = float("nan")
     if ("original", "e2e_p50") in seed_means and ("fixed", "e2e_p50") in seed_means:
         sim_eff = 100 * (seed_means[("fixed", "e2e_p50")] / seed_means[("original", "e2e_p50")] - 1)
-    stored = fit.load_fit(REPO / "configs/sim/h100-0.6b-b8.yaml")
+    stored = fit.load_fit(ROOT / "configs/sim/h100-0.6b-b8.yaml")
     res = fit.fit_from_dict(stored)
-    cfg = load_config(REPO / "configs/sim/h100-0.6b-b8.yaml")
+    cfg = load_config(ROOT / "configs/sim/h100-0.6b-b8.yaml")
     frames = fit.seed_frames(stored["seed_mean_frames"][0])
     est, lo, hi = fit.effect_interval(res, cfg, 8, frames)
     lines += ["", f"Fixed vs original, p50 E2E at c=8: public **{eff_pub:+.1f} %** (within its noise, about ±4 %); "
@@ -287,8 +287,8 @@ def render(args, ci: dict, seed: dict, f: dict, started: str, secs: float, load_
               f"{stored['seed_mean_frames'][0]:.0f} ± {stored['seed_mean_frames'][1]:.0f} frames "
               f"({stored['seed_mean_frames'][0] / domain.CODEC_FRAME_RATE_HZ:.1f} s of audio)."]
     # the mission question on the default profile
-    dcfg = load_config(REPO / "configs/sim/default.yaml")
-    dfit = fit.fit_from_dict(fit.load_fit(REPO / "configs/sim/default.yaml"))
+    dcfg = load_config(ROOT / "configs/sim/default.yaml")
+    dfit = fit.fit_from_dict(fit.load_fit(ROOT / "configs/sim/default.yaml"))
     lines += ["", "## The mission's question on the default profile (`configs/sim/default.yaml`, batch = c)", "",
               "Closed loop, the seed-fitted request lengths, 3c requests; model only (the interval is the fit's "
               "parameter uncertainty, not run-to-run noise).", "",
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
     seed = run_seed(args.quick, ref, log)
     load_after = Path("/proc/loadavg").read_text().split()[:3]
     md, summary = render(args, ci, seed, f, started, time.perf_counter() - t0, load_before, load_after)
-    out = REPO / args.out
+    out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md, encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps({"summary": summary, "ci": {str(k): v for k, v in ci.items()},

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from tts_predictor import domain
 from tts_predictor import metrics as M
+from ttsrecords.paths import ROOT
 from ttsrecords.records import read_requests
 from ttsrecords.samples import stored_total
 from ttssim import fit, heldout, virtual
 from ttssim.config import load_config
 
-REPO = Path(__file__).resolve().parent.parent
 METRICS = ("ttfa_p50", "ttfa_p90", "rtf_p50", "audio_tput", "req_tput", "mean_batch")
 LABELS = {"ttfa_p50": "p50 TTFA s", "ttfa_p90": "p90 TTFA s", "rtf_p50": "p50 RTF", "audio_tput": "audio s/s",
           "req_tput": "req/s", "mean_batch": "batch/step"}
@@ -96,7 +96,7 @@ def compare(run: Path, config: Path) -> dict:
                      "real": {k: real[k] for k in METRICS}, "sim": sim,
                      "residual_pct": {k: 100.0 * (sim[k] / real[k] - 1.0) for k in METRICS}})
     held = [abs(v) for r in rows if r["held_out"] for v in r["residual_pct"].values()]
-    return {"run": str(run.relative_to(REPO)), "config": str(config.relative_to(REPO)), "fit_levels": fit_levels,
+    return {"run": str(run.relative_to(ROOT)), "config": str(config.relative_to(ROOT)), "fit_levels": fit_levels,
             "fit": {k: stored[k] for k in ("names", "values", "sd")},
             "rows": rows, heldout.KEY: round(max(held), 1) if held else None, "tolerance_pct": TOLERANCE_PCT}
 
@@ -168,9 +168,9 @@ def main(argv=None) -> int:
     p.add_argument("--run", default="reports/bench/sim-vs-cpu/real", help="the real server's run folder")
     p.add_argument("--config", default="configs/sim/cpu-tiny.yaml", help="the fitted profile (its .fit.json has levels)")
     p.add_argument("--out", default="reports/bench/sim-vs-cpu.md")
-    p.add_argument("--json", default=str(heldout.PATH.relative_to(REPO)), help="the figures, for the banners")
+    p.add_argument("--json", default=str(heldout.PATH.relative_to(ROOT)), help="the figures, for the banners")
     args = p.parse_args(argv)
-    run, config = (REPO / args.run).resolve(), (REPO / args.config).resolve()
+    run, config = (ROOT / args.run).resolve(), (ROOT / args.config).resolve()
     try:
         if not (run / "requests.jsonl").is_file():
             raise ValueError(f"{args.run}: no requests.jsonl")
@@ -180,9 +180,9 @@ def main(argv=None) -> int:
         print(f"tools.sim_vs_real: {e}", file=sys.stderr)
         return 2
     text = markdown(res, " -> ".join(reversed(loads)) if loads else "not recorded")
-    out = REPO / args.out
+    out = ROOT / args.out
     out.write_text(text, encoding="utf-8")
-    heldout.write(res, REPO / args.json)
+    heldout.write(res, ROOT / args.json)
     print(text)
     return 0
 

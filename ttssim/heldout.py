@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PATH = Path(__file__).resolve().parent.parent / "reports" / "bench" / "sim-vs-cpu.json"
+from ttsrecords.paths import ROOT
+
+PATH = ROOT / "reports" / "bench" / "sim-vs-cpu.json"
 KEY = "heldout_within_pct"
 
 
