@@ -81,6 +81,18 @@ def test_a_folder_of_run_folders_lists_each_one(tmp_path):
     assert runs["micro/half-written"].status == "unreadable"
 
 
+def test_a_folder_of_pages_with_run_folders_lists_the_pages_and_each_run(tmp_path):
+    """reports/vllm-cpu/: its README is a page and every A/B run beside it is a row of its own."""
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "README.md").write_text("# runs\n")
+    shutil.copytree(ROOT / "reports" / "example", tmp_path / "cpu" / "ab-1")
+    (tmp_path / "cpu" / "half-written").mkdir()
+    runs = {r.folder: r for r in dash.model(tmp_path).runs}
+    assert set(runs) == {"cpu", "cpu/ab-1", "cpu/half-written"}
+    assert runs["cpu"].kind == "benchmark" and runs["cpu/ab-1"].kind == "A/B" and runs["cpu/ab-1"].levels
+    assert runs["cpu/half-written"].status == "unreadable"
+
+
 @pytest.fixture(scope="module")
 def board(folder) -> dash.Dashboard:
     return dash.model(folder)

@@ -346,14 +346,18 @@ def read_run(folder: Path, root: Path) -> Run:
 
 def run_folders(root: Path) -> list[Path]:
     """The run folders under root: each folder that holds a run's file; a folder that holds none but has run folders
-    inside (reports/micro/<UTC>/) stands for every folder inside it; any other folder is listed too (as unreadable)."""
+    inside (reports/micro/<UTC>/) stands for every folder inside it; a folder of pages with run folders inside
+    (reports/vllm-cpu/: its README and its runs) is listed with each of them; any other folder is listed too (as
+    unreadable)."""
     out = []
     for p in sorted(root.iterdir()):
         if not p.is_dir() or p.name.startswith((".", "_")):
             continue
-        if _kind_of(p) is None:
+        kind = _kind_of(p)
+        if kind in (None, "pages"):
             inner = [q for q in sorted(p.iterdir()) if q.is_dir() and not q.name.startswith((".", "_"))]
-            out += inner if any(_kind_of(q) is not None for q in inner) else [p]
+            runs = inner if any(_kind_of(q) is not None for q in inner) else []
+            out += ([p] if kind == "pages" or not runs else []) + runs
         else:
             out.append(p)
     return out
