@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 
 from ttsrecords.records import DESIGNS
+from ttsrecords.windows import PlannedWindow
 
 SWAPPED = ("swap", "nested")  # designs that switch arms inside one server start
 
@@ -59,7 +60,7 @@ def _orders(kinds: list[str], design: str, rng: random.Random) -> list[tuple[str
 
 def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: int, *, design: str = "fresh",
               window_pairs: int | None = None, levels: list[int] | None = None,
-              aa_within: int | None = None) -> list[dict]:
+              aa_within: int | None = None) -> list[PlannedWindow]:
     """The windows of a run in execution order.
 
     rounds: A/B rounds (the maximum of a sequential run); aa_rounds: A/A rounds placed among them (aa_within: only in
@@ -67,9 +68,8 @@ def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: i
     swap or nested (window_pairs W A/B pairs per start; A/A rounds join the start of the A/B round after them).
     a, b: the arms' variants (None: an arm without the plugin). levels: the concurrency levels, shuffled per round.
 
-    Each window: block_id, round, kind, arm ("A"/"B": its side of the comparison), variant, spec (the experiment arm
-    whose server runs it: "A" for both windows of an A/A round), start (planned server start), position (0/1 in its
-    round), levels (its order), switch (swap/nested: its variant differs from the window before it in the start).
+    Each window is a ttsrecords.windows.PlannedWindow (its order into the scenario's steps is added by the planner,
+    which knows the scenario).
     """
     if design not in DESIGNS:
         raise ValueError(f"unknown design {design!r} (known: {', '.join(DESIGNS)})")
@@ -83,39 +83,16 @@ def make_plan(rounds: int, aa_rounds: int, a: str | None, b: str | None, seed: i
         groups.append(min(ab_seen // window_pairs, max(0, (rounds - 1) // window_pairs)) if design == "nested" else 0)
         ab_seen += k == "ab"
     orders = _orders(kinds, design, rng)
-    plan: list[dict] = []
-    for r, (kind, order, group) in enumerate(zip(kinds, orders, groups, strict=True)):
-        for position, arm in enumerate(order):
-            spec = "A" if kind == "aa" else arm
-            block_id = f"{len(plan):03d}-r{r}-{kind}-{arm}"
-            start = len(plan) if design == "fresh" else group
-            plan.append({"block_id": block_id, "round": r, "kind": kind, "arm": arm,
-                         "variant": a if spec == "A" else b, "spec": spec, "start": start, "position": position,
-                         "levels": level_order(levels, seed, r) if levels else []})
+    plan: list[PlannedWindow] = []
     prev: dict[int, str] = {}  # a switch: the start's previous window ran the other arm's settings (variant, or a
-    for w in plan:  # known-answer run's hot-swapped simulator settings)
-        w["switch"] = design in SWAPPED and w["start"] in prev and prev[w["start"]] != w["spec"]
-        prev[w["start"]] = w["spec"]
+    for r, (kind, order, group) in enumerate(zip(kinds, orders, groups, strict=True)):  # known-answer run's
+        for position, arm in enumerate(order):  # hot-swapped simulator settings)
+            spec = "A" if kind == "aa" else arm
+            start = len(plan) if design == "fresh" else group
+            plan.append(PlannedWindow(
+                block_id=f"{len(plan):03d}-r{r}-{kind}-{arm}", round=r, kind=kind, arm=arm,
+                variant=a if spec == "A" else b, spec=spec, start=start, position=position,
+                levels=tuple(level_order(levels, seed, r)) if levels else (),
+                switch=design in SWAPPED and start in prev and prev[start] != spec))
+            prev[start] = spec
     return plan
-
-
-def rounds_of(plan: list[dict]) -> list[list[dict]]:
-    """The plan's windows grouped by round, in order."""
-    out: dict[int, list[dict]] = {}
-    for w in plan:
-        out.setdefault(w["round"], []).append(w)
-    return [out[r] for r in sorted(out)]
-
-
-def starts_of(plan: list[dict]) -> list[dict]:
-    """The planned server starts: {start, spec, rounds, windows}; spec: the arm whose server starts (a start that
-    holds both arms' windows starts arm A's server and switches variants inside it)."""
-    out: dict[int, dict] = {}
-    for w in plan:
-        s = out.setdefault(w["start"], {"start": w["start"], "spec": w["spec"], "rounds": [], "windows": []})
-        if w["spec"] != s["spec"]:
-            s["spec"] = "A"
-        if w["round"] not in s["rounds"]:
-            s["rounds"].append(w["round"])
-        s["windows"].append(w["block_id"])
-    return [out[k] for k in sorted(out)]

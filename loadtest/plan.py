@@ -26,13 +26,14 @@ from pathlib import Path
 import yaml
 
 from loadtest import experiment as ex
-from loadtest.design import SWAPPED, make_plan, starts_of  # noqa: F401  (make_plan: the tests build runs with it)
+from loadtest.design import SWAPPED, make_plan  # noqa: F401  (make_plan: the tests build runs with it)
 from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 from ttsrecords import runsettings as rs
 from ttsrecords.paths import ROOT
 from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
+from ttsrecords.windows import plan_from_list, plan_to_list, starts_of, with_order
 
 DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
 # A window that failed (infrastructure) reruns its whole round at once, in a new attempt, this many times; after that
@@ -517,13 +518,11 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
                      aa_within=(d["aa_rounds"] + seq["min_rounds"]) if seq else None)
     order = {s.concurrency: i for i, s in enumerate(sc.steps)}
     if len(order) == len(sc.steps):
-        for w in plan:
-            w["order"] = [order[c] for c in w["levels"]]
+        plan = [with_order(w, list(w.levels), [order[c] for c in w.levels]) for w in plan]
     else:  # repeated concurrencies (an open-loop rate sweep): the scenario's own order, every window
-        for w in plan:
-            w["levels"], w["order"] = [s.concurrency for s in sc.steps], list(range(len(sc.steps)))
+        plan = [with_order(w, [s.concurrency for s in sc.steps], list(range(len(sc.steps)))) for w in plan]
     d["starts"] = len(starts_of(plan))
-    d["aa_positions"] = sorted({w["round"] for w in plan if w["kind"] == "aa"})
+    d["aa_positions"] = sorted({w.round for w in plan if w.kind == "aa"})
     d["level_order"] = "seeded per round" if len(order) == len(sc.steps) else "fixed (repeated concurrencies)"
     d["hot_swap"] = d["name"] in SWAPPED
     backend = "sim" if exp.simulated else ex.CPU_BACKEND if settings["cpu"] else "vllm"
@@ -554,7 +553,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "sim_config": ({"path": settings["sim_config"], "sha256": sha256(ROOT / settings["sim_config"])}
                        if settings["sim_config"] and exp.simulated else None),
         "sim_profiles": profiles,
-        "settings": settings, "plan": plan, "starts": starts_of(plan), "switches": [],
+        "settings": settings, "plan": plan_to_list(plan), "starts": starts_of(plan), "switches": [],
         "resume_policy": RESUME_POLICY,
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],
     }
@@ -573,7 +572,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
 
 def describe(manifest: dict) -> str:
     """The plan in a few lines (the console, --dry-run)."""
-    d, plan = manifest["design"], manifest["plan"]
+    d, plan = manifest["design"], plan_from_list(manifest["plan"])
     starts = manifest.get("starts") or starts_of(plan)
     lines = [f"design {d['name']}: {d['aa_rounds']} A/A + {d['rounds']} A/B rounds "
              f"({len(plan)} windows in {len(starts)} server start{'s' if len(starts) != 1 else ''}"
@@ -587,8 +586,8 @@ def describe(manifest: dict) -> str:
                      + (f" = looks after {s['min_units']}..{s['max_units']} server starts" if s["unit"] == "start"
                         else ""))
     for st in starts:
-        ws = [w for w in plan if w["start"] == st["start"]]
+        ws = [w for w in plan if w.start == st["start"]]
         lines.append(f"  start {st['start']} ({st['spec']}): " + " ".join(
-            f"r{w['round']}{w['kind'].upper()}:{w['arm']}{'*' if w.get('switch') else ''}" for w in ws))
+            f"r{w.round}{w.kind.upper()}:{w.arm}{'*' if w.switch else ''}" for w in ws))
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from loadtest import experiment as ex
 from loadtest import pinning
 from loadtest.backends import control_path, server_spec
-from loadtest.design import SWAPPED, rounds_of, starts_of
+from loadtest.design import SWAPPED
 from loadtest.plan import (
     DONE,
     FAILED_RERUNS_MAX,
@@ -60,6 +60,15 @@ from tts_predictor.control import write_control
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
 from ttsrecords.samples import rows_of, sample_key
+from ttsrecords.windows import (
+    PlanError,
+    PlannedWindow,
+    last_of_start,
+    plan_from_list,
+    plan_to_list,
+    rounds_of,
+    starts_of,
+)
 
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a window counts as hung
 LOCUST_STOP_S = 20.0  # Locust flushes its files on SIGINT
@@ -199,6 +208,11 @@ class Runner:
     def __init__(self, run_dir: Path, manifest: dict, progress=print, exp: ex.Experiment | None = None):
         self.run = run_dir
         self.m = manifest
+        try:  # the plan, typed; the manifest gets it back on every save
+            self.plan = plan_from_list(manifest.get("plan"))
+            self.plan_not_run = plan_from_list(manifest.get("plan_not_run"))
+        except PlanError as e:
+            raise SystemExit(f"error: {run_dir / 'manifest.json'}: {e}") from None
         self.s = manifest["settings"]
         self.design = manifest["design"]
         self.exp = exp or experiment_for(self.s)
@@ -236,6 +250,9 @@ class Runner:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def _save(self) -> None:
+        self.m["plan"] = plan_to_list(self.plan)
+        if self.plan_not_run:
+            self.m["plan_not_run"] = plan_to_list(self.plan_not_run)
         rec.write_json(self.run / "manifest.json", self.m)
 
     # --- preparation (images, model): before the first start, outside every ready timeout ---------------------
@@ -284,20 +301,20 @@ class Runner:
         ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
         return max(ids, default=-1) + 1
 
-    def _control_extra(self, w: dict) -> dict:
+    def _control_extra(self, w: PlannedWindow) -> dict:
         """What a window's control writes carry beyond variant, observe and epoch (plan.control_extra): its arm's
         positive-control delay, and its simulator settings in designs that share a start between the arms (so a
         switch sets them, and switching back resets them)."""
-        return control_extra(self.arms[w["spec"]], self.design["name"] in SWAPPED)
+        return control_extra(self.arms[w.spec], self.design["name"] in SWAPPED)
 
-    def _start_arm(self, w: dict) -> str:
+    def _start_arm(self, w: PlannedWindow) -> str:
         """The arm whose server a window's start runs: arm A's for a start shared by both arms (hot swap)."""
-        return "A" if self.design["name"] in SWAPPED else w["spec"]
+        return "A" if self.design["name"] in SWAPPED else w.spec
 
-    def ensure_start(self, w: dict, meta: rec.BlockRecord) -> Start:
+    def ensure_start(self, w: PlannedWindow, meta: rec.BlockRecord) -> Start:
         """The window's planned server start, running: the one in use, or a new one (the old one stopped first)."""
         a = self.active
-        if a is not None and a.planned == w["start"] and a.server.alive():
+        if a is not None and a.planned == w.start and a.server.alive():
             return a
         meta.timing["ready_s"] = None  # this window launches a start: its cost lands here (as in design fresh)
         if a is not None:
@@ -312,7 +329,7 @@ class Runner:
         record = rec.StartRecord(start=n, arm=side, started=utc(), reason="start in progress (runner stopped)")
         rec.write_json(sdir / "start.json", record.to_dict())
         if control is not None:  # no count phase: the observer stays on, the version-1 way (timing windows see it)
-            write_control(control, w["variant"], observe=self.scenario.steps[0].count_s <= 0, epoch=0,
+            write_control(control, w.variant, observe=self.scenario.steps[0].count_s <= 0, epoch=0,
                           **self._control_extra(w))
         server = ServerProcess(server_spec(self.exp, arm, sdir, control is not None), sdir / "server.log").start()
         self.procs.append(server.proc)
@@ -337,8 +354,8 @@ class Runner:
         record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
         record.status, record.reason = "ready", None
         record.compile_cache = ex.compile_cache_state(server.log_tail(200_000))
-        self.active = Start(w["start"], record, sdir, server, url, control, w["variant"] if control else None,
-                            w["spec"] if control else None)
+        self.active = Start(w.start, record, sdir, server, url, control, w.variant if control else None,
+                            w.spec if control else None)
         self.active.save()
         return self.active
 
@@ -374,15 +391,15 @@ class Runner:
         bdir.mkdir(parents=True)
         return bdir
 
-    def run_window(self, i: int, w: dict, attempt: int) -> dict:
-        failed_before = previous_failures(self.run / "blocks" / w["block_id"] / "block.json")
-        bdir = self._fresh_folder(w["block_id"])
-        meta = rec.BlockRecord(block_id=w["block_id"], round=w["round"], kind=w["kind"], arm=w["arm"],
-                               variant=w["variant"], start=-1, position=w["position"], levels=list(w["levels"]),
+    def run_window(self, i: int, w: PlannedWindow, attempt: int) -> dict:
+        failed_before = previous_failures(self.run / "blocks" / w.block_id / "block.json")
+        bdir = self._fresh_folder(w.block_id)
+        meta = rec.BlockRecord(block_id=w.block_id, round=w.round, kind=w.kind, arm=w.arm,
+                               variant=w.variant, start=-1, position=w.position, levels=list(w.levels),
                                attempt=attempt, started=utc(), failed_before=failed_before,
                                code_fingerprint=code_fingerprint())
         if self.m.get("code_fingerprint") and meta.code_fingerprint != self.m["code_fingerprint"]:
-            print(f"\n!!! window {w['block_id']}: the suite's code changed since this run started (sources "
+            print(f"\n!!! window {w.block_id}: the suite's code changed since this run started (sources "
                   f"{self.m['code_fingerprint']} -> {meta.code_fingerprint}): its windows no longer run one code; "
                   "the report warns", file=sys.stderr, flush=True)
         rec.write_json(bdir / "block.json", meta.to_dict())
@@ -395,22 +412,22 @@ class Runner:
         try:
             st = self.ensure_start(w, meta)
             meta.start, meta.server_url = st.record.start, st.url
-            st.record.windows.append(w["block_id"])
+            st.record.windows.append(w.block_id)
             st.save()
             count = st.control is not None and self.scenario.steps[0].count_s > 0
-            switch = st.control is not None and st.spec != w["spec"]
+            switch = st.control is not None and st.spec != w.spec
             if st.control is not None:
                 meta.epoch = st.next_epoch - 1
-                st.next_epoch += epochs_per_window(len(w["order"]))
+                st.next_epoch += epochs_per_window(len(w.order))
             settle = self.design.get("settle_s", 0.0) if switch else 0.0
             meta.timing["settle_s"] = settle
-            window_scenario(self.scenario, w["order"], bdir / "scenario.yaml", count=count, settle_s=settle,
-                            block_id=w["block_id"])
+            window_scenario(self.scenario, w.order, bdir / "scenario.yaml", count=count, settle_s=settle,
+                            block_id=w.block_id)
             self.schedule = Schedule(load_scenario(str(bdir / "scenario.yaml")), count=count)
             tele = Telemetry(bdir / "telemetry.jsonl", st.server.proc.pid, nvml=self.nvml or None).start()
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
-                    locust_cmd(bdir, st.url, w["variant"], st.control, meta.epoch, self.s.get("request_timeout_s"),
+                    locust_cmd(bdir, st.url, w.variant, st.control, meta.epoch, self.s.get("request_timeout_s"),
                                self._control_extra(w), self.exp),
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append(locust)
@@ -422,14 +439,14 @@ class Runner:
             meta.timing["load_s"] = round(time.monotonic() - t_load, 2)
             tele.stop()
             tele = None
-            meta.requests, why = judge(w["variant"], bdir)
+            meta.requests, why = judge(w.variant, bdir)
             broken = rec.every_request_failed(meta.requests)
             if broken:
                 raise BrokenStart(f"{broken}: server start {st.record.start} ended, the round reruns")
             why = self._after_load(w, st, bdir, meta, switch, why)
             meta.status, meta.reason = ("complete", None) if why is None else ("invalid", why)
             if why is not None:
-                print(f"\n!!! INVALID WINDOW {w['block_id']}: {why}", file=sys.stderr, flush=True)
+                print(f"\n!!! INVALID WINDOW {w.block_id}: {why}", file=sys.stderr, flush=True)
         except Interrupted:
             meta.status, meta.reason = "interrupted", "SIGINT/SIGTERM during the window"
             stop_group(locust, signal.SIGINT, LOCUST_STOP_S)
@@ -437,9 +454,9 @@ class Runner:
         except (RuntimeError, OSError, ValueError) as e:
             meta.status, meta.reason = "failed", str(e)
             if isinstance(e, BrokenStart) and self.active is not None:
-                meta.timing["stop_s"] = self.stop_start("failed", f"window {w['block_id']}: {e}")
+                meta.timing["stop_s"] = self.stop_start("failed", f"window {w.block_id}: {e}")
             elif st is not None and not st.server.alive():
-                meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w['block_id']} "
+                meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w.block_id} "
                                                                   f"(exit {st.server.proc.returncode}; see server.log)")
         finally:
             if tele is not None:
@@ -447,7 +464,7 @@ class Runner:
             stop_group(locust, signal.SIGINT, LOCUST_STOP_S)
             if meta.status == "interrupted":
                 meta.timing["stop_s"] = self.stop_start("interrupted", "SIGINT/SIGTERM during a window")
-            elif self.active is not None and self.active.planned == w["start"] and self._last_of_start(w):
+            elif self.active is not None and self.active.planned == w.start and last_of_start(self.plan, w):
                 meta.timing["stop_s"] = self.stop_start()  # this window's start ends here: its stop lands here
             meta.timing = {k: v for k, v in meta.timing.items() if v is not None}
             meta.timing["total_s"] = round(time.monotonic() - t0, 2)
@@ -457,7 +474,7 @@ class Runner:
             self.rounds_done = self._rounds_done()
         return meta.to_dict()
 
-    def _after_load(self, w: dict, st: Start, bdir: Path, meta: rec.BlockRecord, switch: bool,
+    def _after_load(self, w: PlannedWindow, st: Start, bdir: Path, meta: rec.BlockRecord, switch: bool,
                     why: str | None) -> str | None:
         """The switch (confirmed from the counters), requests that spanned one, and the arm's evidence check."""
         counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
@@ -465,20 +482,20 @@ class Runner:
         if st.control is not None:
             writes = [c for c in counters if c.get("kind") == "control"]
             if switch:
-                sw = switch_record(counters, w["block_id"])
+                sw = switch_record(counters, w.block_id)
                 if sw is None:
-                    why = why or f"hot swap to {w['variant']}: no control write was recorded"
+                    why = why or f"hot swap to {w.variant}: no control write was recorded"
                 else:
                     st.record.switches.append(sw)
                     if sw["confirmed_t"] is None:
-                        why = why or (f"hot swap to {w['variant']} (epoch {sw['epoch']}) not confirmed: no snapshot "
+                        why = why or (f"hot swap to {w.variant} (epoch {sw['epoch']}) not confirmed: no snapshot "
                                       "shows the server running it")
             if writes:  # the file names the window's variant (and its arm's settings) from its first write on
-                st.variant, st.spec = w["variant"], w["spec"]
+                st.variant, st.spec = w.variant, w.spec
         meta.requests["spanning"] = spanning(requests, st.record.switches)
         if meta.requests["spanning"]["measure"]:
             why = why or f"{meta.requests['spanning']['measure']} measured requests spanned a switch"
-        arm = self.arms[w["spec"]]
+        arm = self.arms[w.spec]
         if self.design["name"] in SWAPPED:  # cumulative counters of a shared start hold both arms: the sync
             arm = replace(arm, evidence=replace(arm.evidence, sync_signature=None))  # signature is checked per window
         try:
@@ -486,24 +503,20 @@ class Runner:
         except OSError:
             log = ""
         ok, reason = ex.check_evidence(arm, log, last_snapshot_rows(counters))
-        if ok and arm.evidence != self.arms[w["spec"]].evidence:
+        if ok and arm.evidence != self.arms[w.spec].evidence:
             rest = reason.removeprefix("evidence holds: ")
             reason = "evidence holds: " + "; ".join(x for x in (rest, "sync signature checked per window by the "
                                                                 "manipulation check (a shared start holds both arms' "
                                                                 "counters)") if x)
         ev = st.record.evidence or {"ok": True, "reason": None, "windows": {}}
-        ev["windows"][w["block_id"]] = {"ok": ok, "reason": reason}
+        ev["windows"][w.block_id] = {"ok": ok, "reason": reason}
         ev["ok"] = ev["ok"] and ok
         ev["reason"] = reason if not ok else ev["reason"]
         st.record.evidence = ev
         st.save()
-        return why or (None if ok else f"evidence check of arm {w['spec']} ({arm.label}) failed: {reason}")
+        return why or (None if ok else f"evidence check of arm {w.spec} ({arm.label}) failed: {reason}")
 
-    def _last_of_start(self, w: dict) -> bool:
-        later = self.m["plan"][self.m["plan"].index(w) + 1:]
-        return not any(x["start"] == w["start"] for x in later)
-
-    def _watch_load(self, i: int, w: dict, bdir: Path, server: ServerProcess, locust: subprocess.Popen,
+    def _watch_load(self, i: int, w: PlannedWindow, bdir: Path, server: ServerProcess, locust: subprocess.Popen,
                     t_load: float, length_s: float, holds_s: float = 0.0) -> None:
         """Until Locust exits: progress, and RuntimeError when the server dies, Locust hangs, crashes or wrote nothing.
         Hung means past the scenario's length, the most its phase holds can add (loadtest.shape.PhaseHold) and a
@@ -533,28 +546,28 @@ class Runner:
 
     def _rounds_done(self) -> int:
         return sum(all(m.get("status") in DONE for m in self._metas(ws).values())
-                   for ws in rounds_of(list(self.m["plan"])))
+                   for ws in rounds_of(list(self.plan)))
 
     def _left_s(self, i: int, elapsed: float, length_s: float) -> float:
         """The run's estimated seconds left: the rest of this window, then the planned windows after it at the
         window's length plus the overhead measured so far."""
-        left_windows = len(self.m["plan"]) - i - 1
+        left_windows = len(self.plan) - i - 1
         return max(0.0, length_s - elapsed) + left_windows * (self.window_s + self.overhead_s)
 
-    def write_progress(self, state: str, i: int | None = None, w: dict | None = None, elapsed: float | None = None,
-                       length_s: float | None = None) -> rec.Progress:
+    def write_progress(self, state: str, i: int | None = None, w: PlannedWindow | None = None,
+                       elapsed: float | None = None, length_s: float | None = None) -> rec.Progress:
         """Replace <run>/progress.json (ttsrecords.records.Progress): what the console line says, for the dashboard."""
-        plan = self.m["plan"]
+        plan = self.plan
         ph = self.schedule.at(elapsed) if self.schedule is not None and elapsed is not None else None
         if i is not None and elapsed is None:
             elapsed, length_s = 0.0, self.window_s + (self.design.get("settle_s") or 0.0)
         p = rec.Progress(
             t=round(time.time(), 3), state=state, status=self.m.get("status") or "running",
-            rounds_done=self.rounds_done, rounds_planned=len({x["round"] for x in plan}), windows_planned=len(plan),
-            round=None if w is None else w["round"], kind=None if w is None else w["kind"],
-            window=None if i is None else i + 1, block_id=None if w is None else w["block_id"],
-            arm=None if w is None else w["arm"],
-            label=None if w is None else (w["variant"] or self.arms[w["spec"]].label),
+            rounds_done=self.rounds_done, rounds_planned=len({x.round for x in plan}), windows_planned=len(plan),
+            round=None if w is None else w.round, kind=None if w is None else w.kind,
+            window=None if i is None else i + 1, block_id=None if w is None else w.block_id,
+            arm=None if w is None else w.arm,
+            label=None if w is None else (w.variant or self.arms[w.spec].label),
             level=None if ph is None else ph.concurrency, phase=None if ph is None else ph.phase,
             elapsed_s=None if elapsed is None else round(elapsed, 1),
             length_s=None if length_s is None else round(length_s, 1),
@@ -563,22 +576,22 @@ class Runner:
         self._progress_t = time.monotonic()
         return p
 
-    def show(self, i: int, w: dict, elapsed: float, length_s: float) -> None:
+    def show(self, i: int, w: PlannedWindow, elapsed: float, length_s: float) -> None:
         left = self._left_s(i, elapsed, length_s)
-        rounds = len({x["round"] for x in self.m["plan"]})
-        self.progress(f"round {w['round'] + 1}/{rounds} ({w['kind'].upper()}) · window {i + 1}/{len(self.m['plan'])} "
-                      f"{w['arm']}={w['variant'] or self.arms[w['spec']].label} · {elapsed:.0f}/{length_s:.0f} s · "
+        rounds = len({x.round for x in self.plan})
+        self.progress(f"round {w.round + 1}/{rounds} ({w.kind.upper()}) · window {i + 1}/{len(self.plan)} "
+                      f"{w.arm}={w.variant or self.arms[w.spec].label} · {elapsed:.0f}/{length_s:.0f} s · "
                       f"~{left / 60:.1f} min left")
         if time.monotonic() - self._progress_t >= PROGRESS_EVERY_S:
             self.write_progress("load", i, w, elapsed, length_s)
 
     # --- rounds ---------------------------------------------------------------------------------------------
 
-    def _metas(self, windows: list[dict]) -> dict[str, dict]:
-        return {w["block_id"]: rec.read_json(self.run / "blocks" / w["block_id"] / "block.json") or {}
+    def _metas(self, windows: list[PlannedWindow]) -> dict[str, dict]:
+        return {w.block_id: rec.read_json(self.run / "blocks" / w.block_id / "block.json") or {}
                 for w in windows}
 
-    def todo(self, windows: list[dict]) -> tuple[list[dict], int] | None:
+    def todo(self, windows: list[PlannedWindow]) -> tuple[list[PlannedWindow], int] | None:
         """What a round still needs, (windows, attempt), or None when it is done or gave up (failed too often).
         A round with a failed window reruns whole in the next attempt; else fresh resumes window by window and
         swap/nested rerun the whole round (its two windows belong in one server start)."""
@@ -592,10 +605,10 @@ class Runner:
                 return None
             return list(windows), attempt + 1
         if self.design["name"] == "fresh":
-            return [w for w in windows if status[w["block_id"]] not in DONE], attempt
+            return [w for w in windows if status[w.block_id] not in DONE], attempt
         return list(windows), attempt
 
-    def run_round(self, windows: list[dict], todo: list[dict], attempt: int) -> None:
+    def run_round(self, windows: list[PlannedWindow], todo: list[PlannedWindow], attempt: int) -> None:
         while True:
             failed = None
             for w in windows:
@@ -603,8 +616,8 @@ class Runner:
                     continue
                 if self.stop:
                     raise Interrupted
-                meta = self.run_window(self.m["plan"].index(w), w, attempt)
-                print(f"\rwindow {w['block_id']}: {meta['status']}" + (f" — {meta['reason']}" if meta["reason"] else "")
+                meta = self.run_window(self.plan.index(w), w, attempt)
+                print(f"\rwindow {w.block_id}: {meta['status']}" + (f" — {meta['reason']}" if meta["reason"] else "")
                       + (f" (attempt {attempt})" if attempt else "") + " " * 20, flush=True)
                 if meta["status"] == "failed" and attempt < FAILED_RERUNS_MAX:
                     failed = meta
@@ -613,15 +626,15 @@ class Runner:
                 return
             attempt += 1
             todo = list(windows)
-            self.m.setdefault("reruns", []).append({"round": w["round"], "attempt": attempt,
+            self.m.setdefault("reruns", []).append({"round": w.round, "attempt": attempt,
                                                     "because": f"{failed['block_id']}: {failed['reason']}"})
             self._save()
-            print(f"round {w['round']}: window {failed['block_id']} failed; its round runs again at once "
+            print(f"round {w.round}: window {failed['block_id']} failed; its round runs again at once "
                   f"(attempt {attempt})", flush=True)
 
     # --- sequential looks -------------------------------------------------------------------------------------
 
-    def look(self, windows: list[dict]) -> bool:
+    def look(self, windows: list[PlannedWindow]) -> bool:
         """After a completed unit (a round; a server start in a nested design): run the sequential look and say
         whether the run stops here. Its log goes under runsettings.LOOK_LOG, beside the settings it reads."""
         log = self.m.setdefault(rs.LOOK_LOG, {"looks": 0, "look_errors": [], "ignored_stops": []})
@@ -638,10 +651,10 @@ class Runner:
             line, err = None, str(e)
         if err is None and (line is None or not isinstance(line.get("stop"), bool)):
             err = "looks.jsonl has no line with a boolean 'stop'"
-        r = windows[0]["round"]
-        plan = self.m["plan"]
+        r = windows[0].round
+        plan = self.plan
         if err is not None:
-            left = len({x["round"] for x in plan if x["round"] > r})
+            left = len({x.round for x in plan if x.round > r})
             print(f"warning: sequential look after round {r} failed ({err}); this look cannot stop the run, "
                   + (f"{left} round(s) left: the next look or the last round ends it" if left else
                      "and it was the last round"), file=sys.stderr, flush=True)
@@ -652,9 +665,9 @@ class Runner:
         if not line["stop"]:
             self._save()
             return False
-        done_rounds = {x["round"] for x in plan if x["round"] <= r}
-        ab_done = len({x["round"] for x in plan if x["kind"] == "ab" and x["round"] in done_rounds})
-        aa_left = [x["round"] for x in plan if x["kind"] == "aa" and x["round"] > r]
+        done_rounds = {x.round for x in plan if x.round <= r}
+        ab_done = len({x.round for x in plan if x.kind == "ab" and x.round in done_rounds})
+        aa_left = [x.round for x in plan if x.kind == "aa" and x.round > r]
         minimum = rs.sequential_of(self.m)["min_rounds"]
         if ab_done < minimum or aa_left:
             why = f"{ab_done} of the minimum {minimum} A/B rounds" if ab_done < minimum else \
@@ -663,9 +676,9 @@ class Runner:
             self._save()
             return False
         log["stopped"] = {"after_round": r, "ab_rounds": ab_done, "reason": line.get("reason"), "look": line}
-        self.m["plan_not_run"] = [x for x in plan if x["round"] > r]
-        self.m["plan"] = [x for x in plan if x["round"] <= r]
-        self.m["starts"] = starts_of(self.m["plan"])
+        self.plan_not_run = [x for x in plan if x.round > r]
+        self.plan = [x for x in plan if x.round <= r]
+        self.m["starts"] = starts_of(self.plan)
         self._save()
         print(f"sequential: stop after round {r} ({ab_done} A/B rounds): {line.get('reason')}", flush=True)
         return True
@@ -690,7 +703,7 @@ class Runner:
         try:
             self.pin_cpus()
             self.prepare()
-            for windows in rounds_of(list(self.m["plan"])):
+            for windows in rounds_of(list(self.plan)):
                 if self.stop:
                     raise Interrupted
                 need = self.todo(windows)
@@ -698,12 +711,12 @@ class Runner:
                     metas = self._metas(windows)
                     gave_up = [k for k, v in metas.items() if v.get("status") == "failed"]
                     if gave_up:
-                        print(f"round {windows[0]['round']}: failed {FAILED_RERUNS_MAX + 1} times, not run again "
+                        print(f"round {windows[0].round}: failed {FAILED_RERUNS_MAX + 1} times, not run again "
                               f"({', '.join(gave_up)})", flush=True)
                     continue
                 self.run_round(windows, *need)
                 seq = rs.sequential_of(self.m)
-                if seq and rs.look_due(self.m["plan"], windows[0]["round"], seq) and self.look(windows):
+                if seq and rs.look_due(self.plan, windows[0].round, seq) and self.look(windows):
                     break
             self.m["status"] = "complete"
         except Interrupted:

@@ -26,6 +26,7 @@ from tools.locust_run import LOCUST, WatchedRun, complete_lines, intact_lines, w
 from tts_predictor import metrics as pm
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
 from ttsrecords import records
+from ttsrecords.windows import plan_to_list
 
 # Processes the standard library or a library may start on its own in the unit tier: platform.processor() runs
 # `uname -p`, matplotlib asks fontconfig once to build its font cache.
@@ -172,12 +173,12 @@ def make_run(run: Path, *, rounds=5, aa_rounds=1, slow_b=0.0, noise=0.01, seed=1
     run.mkdir(parents=True, exist_ok=True)
     plan = make_plan(rounds, aa_rounds, a, b, seed)  # the runner's own plan: A/A first, seeded arm order
     for blk in plan:
-        make_block(run, blk["block_id"], blk["round"], blk["kind"], blk["arm"], blk["variant"], levels=levels,
-                   noise=noise, rng=rng, slow=slow_b if (blk["kind"] == "ab" and blk["arm"] == "B") else 0.0,
+        make_block(run, blk.block_id, blk.round, blk.kind, blk.arm, blk.variant, levels=levels,
+                   noise=noise, rng=rng, slow=slow_b if (blk.kind == "ab" and blk.arm == "B") else 0.0,
                    simulated=simulated)
     (run / "manifest.json").write_text(json.dumps({
         "schema": records.AB_SCHEMA, "run_id": run.name, "variants": {"A": a, "B": b},
-        "backend": {"name": "sim" if simulated else "vllm"}, "plan": plan, "status": status, "seeds": {"order": seed}}))
+        "backend": {"name": "sim" if simulated else "vllm"}, "plan": plan_to_list(plan), "status": status, "seeds": {"order": seed}}))
     return run
 
 

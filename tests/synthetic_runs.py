@@ -241,7 +241,7 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
     for r in range(last + 1, planned_rounds or 0):
         man["status"] = "running"
         man["plan"] += [{"block_id": f"{len(man['plan']) + k:03d}-r{r}-ab-{arm}", "round": r, "kind": "ab",
-                         "arm": arm, "variant": variants[arm], "start": None, "position": k}
+                         "arm": arm, "variant": variants[arm], "start": len(man["plan"]) + k, "position": k}
                         for k, arm in enumerate("AB")]
     ab_rounds = [w for w in windows if w.kind == "ab" and w.arm == "A"]
     per_start = max((sum(x.start == w.start for x in ab_rounds) for w in ab_rounds), default=1)

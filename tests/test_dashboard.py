@@ -22,6 +22,7 @@ from loadtest.scenario import load_scenario
 from loadtest.shape import Schedule
 from tools import browser
 from ttsrecords import records
+from ttsrecords.runsettings import LOOK_LOG
 from ttsreport import dashboard as dash
 
 needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
@@ -131,6 +132,17 @@ def test_an_interrupted_run_without_statistics(board):
     assert r.experiment_key == _run(board, "ab-done").experiment_key  # same arms and scenario: one experiment
 
 
+def test_a_sequential_run_shows_where_its_looks_stopped_it(tmp_path):
+    """The runner's look log under its own key (and, for folders written before it had one, under "sequential")."""
+    stopped = {"looks": 3, "look_errors": [], "ignored_stops": [],
+               "stopped": {"after_round": 4, "ab_rounds": 4, "reason": "every level decided"}}
+    _copy_example(tmp_path / "new", **{LOOK_LOG: stopped})
+    _copy_example(tmp_path / "old", sequential={"looks": 2, "look_errors": [], "ignored_stops": []})
+    board = dash.model(tmp_path)
+    assert "sequential: stopped after 4 A/B rounds (every level decided)" in _run(board, "new").notes
+    assert "sequential: 2 look(s), no stop" in _run(board, "old").notes
+
+
 def test_invalid_windows_are_listed(board):
     r = _run(board, "ab-later")
     assert r.status == "complete"
@@ -218,8 +230,8 @@ def _running(root: Path, monkeypatch) -> tuple[runner.Runner, dict]:
     r = runner.Runner(run, manifest, progress=lambda line: None)
     r.m["status"] = "running"
     r._save()
-    w = r.m["plan"][0]
-    scen = plan.window_scenario(r.scenario, w["order"], root.parent / f"{root.name}-w.yaml", count=True)
+    w = r.plan[0]
+    scen = plan.window_scenario(r.scenario, w.order, root.parent / f"{root.name}-w.yaml", count=True)
     r.schedule = Schedule(load_scenario(str(scen)), count=True)
     return r, w
 
@@ -234,19 +246,19 @@ def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
     p = live.live["progress"]
     expected = r.schedule.at(1.5)
     assert (p["state"], p["window"], p["block_id"], p["rounds_done"], p["rounds_planned"]) == \
-        ("load", 1, w["block_id"], 0, 2)
-    assert (p["level"], p["phase"]) == (expected.concurrency, expected.phase) == (w["levels"][0], "warmup")
-    assert p["left_s"] > 0 and p["windows_planned"] == len(r.m["plan"])
+        ("load", 1, w.block_id, 0, 2)
+    assert (p["level"], p["phase"]) == (expected.concurrency, expected.phase) == (w.levels[0], "warmup")
+    assert p["left_s"] > 0 and p["windows_planned"] == len(r.plan)
     page = dash.html_page(dash.model(tmp_path))
-    assert "Running: ab-live" in page and "rounds done 0/2" in page and f"c={w['levels'][0]} warmup" in page
+    assert "Running: ab-live" in page and "rounds done 0/2" in page and f"c={w.levels[0]} warmup" in page
     assert "Invalid windows so far" not in page
-    bdir = r.run / "blocks" / w["block_id"]
+    bdir = r.run / "blocks" / w.block_id
     bdir.mkdir(parents=True)
     records.write_json(bdir / "block.json", records.BlockRecord(
-        block_id=w["block_id"], round=0, kind="ab", arm=w["arm"], variant=w["variant"], status="invalid",
+        block_id=w.block_id, round=0, kind="ab", arm=w.arm, variant=w.variant, status="invalid",
         reason="all 12 measure-phase requests failed: http 503 (12)").to_dict())
     page = dash.html_page(dash.model(tmp_path))
-    assert f"Invalid windows so far:</p><ul><li>{w['block_id']}: all 12 measure-phase requests failed" in page
+    assert f"Invalid windows so far:</p><ul><li>{w.block_id}: all 12 measure-phase requests failed" in page
 
 
 def test_a_progress_file_of_another_format_is_refused(tmp_path):

@@ -22,6 +22,7 @@ from loadtest import ab, plan, runner
 from loadtest.experiment import ExperimentError, load_experiment
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
+from ttsrecords.windows import plan_from_list
 from ttsreport import __main__ as cli
 from ttsreport import inference as inf
 from ttsreport import prediction
@@ -56,7 +57,8 @@ def test_nested_settings_count_starts(new_run):
     assert (seq["unit"], seq["min_units"], seq["max_units"], seq["window_pairs"]) == ("start", 2, 4, 2)
     assert len(man["starts"]) == 4
     # the runner looks once per start: after the second round of each
-    due = [rs.look_due(man["plan"], r, seq) for r in sorted({w["round"] for w in man["plan"]})]
+    plan = plan_from_list(man["plan"])
+    due = [rs.look_due(plan, r, seq) for r in sorted({w.round for w in plan})]
     assert due == [False, True] * 4
 
 

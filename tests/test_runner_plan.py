@@ -13,27 +13,28 @@ from conftest import ROOT
 
 from loadtest import ab, plan
 from loadtest import experiment as ex
-from loadtest.design import aa_positions, level_order, make_plan, rounds_of, starts_of
+from loadtest.design import aa_positions, level_order, make_plan
 from loadtest.scenario import load_scenario, parse_scenario
+from ttsrecords.windows import plan_from_list, rounds_of, starts_of
 
 LEVELS = [8, 16, 64, 256]
 
 
 def _pairs(p):
-    return [tuple(w["arm"] for w in r) for r in rounds_of(p)]
+    return [tuple(w.arm for w in r) for r in rounds_of(p)]
 
 
 def test_every_round_is_one_window_of_each_side_and_aa_windows_run_arm_a():
     for design in ("fresh", "swap", "nested"):
         p = make_plan(6, 2, "original", "fixed", 5, design=design, window_pairs=2, levels=LEVELS)
-        assert len(p) == 16 and len({w["block_id"] for w in p}) == 16
+        assert len(p) == 16 and len({w.block_id for w in p}) == 16
         for r in rounds_of(p):
-            assert sorted(w["arm"] for w in r) == ["A", "B"] and [w["position"] for w in r] == [0, 1]
+            assert sorted(w.arm for w in r) == ["A", "B"] and [w.position for w in r] == [0, 1]
             for w in r:
-                assert w["variant"] == ("fixed" if (w["kind"], w["arm"]) == ("ab", "B") else "original")
-                assert w["spec"] == ("A" if w["kind"] == "aa" else w["arm"])
-        assert Counter(w["kind"] for w in p) == {"ab": 12, "aa": 4}
-        assert [w["block_id"][:3] for w in p] == [f"{i:03d}" for i in range(16)]
+                assert w.variant == ("fixed" if (w.kind, w.arm) == ("ab", "B") else "original")
+                assert w.spec == ("A" if w.kind == "aa" else w.arm)
+        assert Counter(w.kind for w in p) == {"ab": 12, "aa": 4}
+        assert [w.block_id[:3] for w in p] == [f"{i:03d}" for i in range(16)]
 
 
 def test_swap_and_nested_orders_are_balanced_abba_baab():
@@ -41,7 +42,7 @@ def test_swap_and_nested_orders_are_balanced_abba_baab():
         for design, pairs in (("swap", None), ("nested", 2), ("nested", 4)):
             p = make_plan(8, 0, "original", "fixed", seed, design=design, window_pairs=pairs, levels=LEVELS)
             for st in starts_of(p):
-                orders = [tuple(w["arm"] for w in r) for r in rounds_of([w for w in p if w["start"] == st["start"]])]
+                orders = [tuple(w.arm for w in r) for r in rounds_of([w for w in p if w.start == st["start"]])]
                 for i in range(0, len(orders) - 1, 2):
                     assert orders[i] == orders[i + 1][::-1]  # AB then BA, or BA then AB
                 firsts = Counter(o[0] for o in orders)
@@ -50,7 +51,7 @@ def test_swap_and_nested_orders_are_balanced_abba_baab():
         orders = _pairs(make_plan(6, 1, "a", "b", seed, design="nested", window_pairs=1))
         ab_orders = [o for o, r in zip(orders, rounds_of(make_plan(6, 1, "a", "b", seed, design="nested",
                                                                    window_pairs=1)), strict=True)
-                     if r[0]["kind"] == "ab"]
+                     if r[0].kind == "ab"]
         assert all(ab_orders[i] == ab_orders[i + 1][::-1] for i in range(0, 6, 2))
     both = {tuple(_pairs(make_plan(4, 0, "a", "b", s, design="swap"))[:2]) for s in range(30)}
     assert both == {(("A", "B"), ("B", "A")), (("B", "A"), ("A", "B"))}  # the seed chooses ABBA or BAAB
@@ -58,7 +59,7 @@ def test_swap_and_nested_orders_are_balanced_abba_baab():
 
 def test_fresh_is_a_coin_flip_per_round_with_a_start_per_window():
     p = make_plan(8, 0, "original", "fixed", 11)
-    assert [w["start"] for w in p] == list(range(16)) and not any(w["switch"] for w in p)
+    assert [w.start for w in p] == list(range(16)) and not any(w.switch for w in p)
     assert {o[0] for o in _pairs(p)} == {"A", "B"}
     assert p == make_plan(8, 0, "original", "fixed", 11) != make_plan(8, 0, "original", "fixed", 12)
 
@@ -67,7 +68,7 @@ def test_aa_rounds_sit_at_seeded_random_positions_never_all_first():
     seen = set()
     for seed in range(200):
         p = make_plan(4, 1, "original", "fixed", seed)
-        pos = [r for r in range(5) if rounds_of(p)[r][0]["kind"] == "aa"]
+        pos = [r for r in range(5) if rounds_of(p)[r][0].kind == "aa"]
         assert len(pos) == 1 and pos != [0]
         seen.add(pos[0])
     assert seen == {1, 2, 3, 4}  # every other position occurs
@@ -77,21 +78,21 @@ def test_aa_rounds_sit_at_seeded_random_positions_never_all_first():
     # sequential: the A/A rounds all come before the earliest possible stop (aa + min_rounds positions)
     for seed in range(50):
         p = make_plan(10, 2, "original", "fixed", seed, aa_within=2 + 3)
-        assert max(w["round"] for w in p if w["kind"] == "aa") < 5
+        assert max(w.round for w in p if w.kind == "aa") < 5
     assert aa_positions(3, 2, __import__("random").Random(0), within=2) == [0, 1]  # nothing else possible
 
 
 def test_level_order_is_a_seeded_permutation_per_round_shared_by_its_windows():
     for design, pairs in (("fresh", None), ("swap", None), ("nested", 2)):
         p = make_plan(10, 2, "original", "fixed", 3, design=design, window_pairs=pairs, levels=LEVELS)
-        assert all(sorted(w["levels"]) == sorted(LEVELS) for w in p)
+        assert all(sorted(w.levels) == sorted(LEVELS) for w in p)
         for rnd in rounds_of(p):  # the two windows compared with each other meet the same level history
-            assert len(rnd) == 2 and rnd[0]["levels"] == rnd[1]["levels"]
-            assert level_order(LEVELS, 3, rnd[0]["round"]) == rnd[0]["levels"]  # a rerun: the same order
-        orders = [tuple(rnd[0]["levels"]) for rnd in rounds_of(p)]
+            assert len(rnd) == 2 and rnd[0].levels == rnd[1].levels
+            assert tuple(level_order(LEVELS, 3, rnd[0].round)) == rnd[0].levels  # a rerun: the same order
+        orders = [tuple(rnd[0].levels) for rnd in rounds_of(p)]
         assert len(set(orders)) > 5  # random across rounds: no level tied to the time since a start
-    assert [w["levels"] for w in make_plan(10, 1, "original", "fixed", 4, levels=LEVELS)] != \
-        [w["levels"] for w in make_plan(10, 1, "original", "fixed", 3, levels=LEVELS)]  # seeded
+    assert [w.levels for w in make_plan(10, 1, "original", "fixed", 4, levels=LEVELS)] != \
+        [w.levels for w in make_plan(10, 1, "original", "fixed", 3, levels=LEVELS)]  # seeded
 
 
 def test_nested_is_s_starts_of_w_pairs_and_switches_are_marked():
@@ -99,14 +100,14 @@ def test_nested_is_s_starts_of_w_pairs_and_switches_are_marked():
     starts = starts_of(p)
     assert [len(s["rounds"]) for s in starts] == [2, 2, 2] and all(s["spec"] == "A" for s in starts)
     for s in starts:
-        ws = [w for w in p if w["start"] == s["start"]]
-        assert not ws[0]["switch"]  # the first window of a start: the control file is written with its variant
+        ws = [w for w in p if w.start == s["start"]]
+        assert not ws[0].switch  # the first window of a start: the control file is written with its variant
         for prev, w in zip(ws, ws[1:], strict=False):
-            assert w["switch"] == (prev["variant"] != w["variant"])
+            assert w.switch == (prev.variant != w.variant)
     # A/A rounds join the start of the A/B round after them; the starts still hold W A/B pairs each
     p = make_plan(4, 2, "original", "fixed", 9, design="nested", window_pairs=2)
     for s in starts_of(p):
-        assert sum(1 for r in s["rounds"] if rounds_of(p)[r][0]["kind"] == "ab") == 2
+        assert sum(1 for r in s["rounds"] if rounds_of(p)[r][0].kind == "ab") == 2
     with pytest.raises(ValueError, match="window_pairs"):
         make_plan(4, 0, "a", "b", 1, design="nested")
     with pytest.raises(ValueError, match="unknown design"):
@@ -240,7 +241,7 @@ def test_new_run_writes_the_manifest_of_design_and_experiment(tmp_path, monkeypa
     assert m["labels"] == {"A": "original", "B": "fixed"} and m["backend"]["simulated"]
     assert len(m["plan"]) == 6 and all(sorted(w["levels"]) == [8, 64] for w in m["plan"])
     assert all(w["order"] == [[8, 64].index(c) for c in w["levels"]] for w in m["plan"])
-    assert m["starts"] == starts_of(m["plan"]) and m["switches"] == []
+    assert m["starts"] == starts_of(plan_from_list(m["plan"])) and m["switches"] == []
     assert json.loads((run / "manifest.json").read_text()) == m
     assert "hf_secret_sentinel_1614" not in json.dumps(m)  # a secret never reaches the run folder
 

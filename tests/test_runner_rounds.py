@@ -11,10 +11,10 @@ import subprocess
 import pytest
 
 from loadtest import ab, plan, runner
-from loadtest.design import rounds_of
 from tts_predictor import metrics as m
 from ttsrecords import records
 from ttsrecords import runsettings as rs
+from ttsrecords.windows import plan_from_list, rounds_of
 
 
 @pytest.fixture
@@ -49,12 +49,12 @@ class Script:
         self.r, self.outcomes, self.calls = r, outcomes or {}, []
 
     def __call__(self, i, w, attempt):
-        self.calls.append((w["block_id"], attempt))
-        status = self.outcomes.get((w["block_id"], attempt), "complete")
-        meta = records.BlockRecord(block_id=w["block_id"], round=w["round"], kind=w["kind"], arm=w["arm"],
-                                   variant=w["variant"], attempt=attempt, status=status,
+        self.calls.append((w.block_id, attempt))
+        status = self.outcomes.get((w.block_id, attempt), "complete")
+        meta = records.BlockRecord(block_id=w.block_id, round=w.round, kind=w.kind, arm=w.arm,
+                                   variant=w.variant, attempt=attempt, status=status,
                                    reason=None if status == "complete" else f"{status} on purpose")
-        bdir = self.r.run / "blocks" / w["block_id"]
+        bdir = self.r.run / "blocks" / w.block_id
         bdir.mkdir(parents=True, exist_ok=True)
         records.write_json(bdir / "block.json", meta.to_dict())
         return meta.to_dict()
@@ -62,40 +62,40 @@ class Script:
 
 def test_a_failed_window_reruns_its_whole_round_at_once(make_runner, monkeypatch):
     r = make_runner("--rounds", "2", "--aa-rounds", "0")
-    rounds = rounds_of(r.m["plan"])
+    rounds = rounds_of(r.plan)
     first, second = rounds[0]
-    script = Script(r, {(second["block_id"], 0): "failed"})
+    script = Script(r, {(second.block_id, 0): "failed"})
     monkeypatch.setattr(r, "run_window", script)
     r.run_round(rounds[0], *r.todo(rounds[0]))
     # both windows again, in order, at once, attempt 1 (the complete one too: a pair belongs together)
-    assert script.calls == [(first["block_id"], 0), (second["block_id"], 0), (first["block_id"], 1),
-                            (second["block_id"], 1)]
-    assert r.m["reruns"] == [{"round": 0, "attempt": 1, "because": f"{second['block_id']}: failed on purpose"}]
+    assert script.calls == [(first.block_id, 0), (second.block_id, 0), (first.block_id, 1),
+                            (second.block_id, 1)]
+    assert r.m["reruns"] == [{"round": 0, "attempt": 1, "because": f"{second.block_id}: failed on purpose"}]
     assert r.todo(rounds[0]) is None  # done
 
 
 def test_a_round_that_keeps_failing_runs_out_its_last_attempt_and_is_not_retried(make_runner, monkeypatch):
     r = make_runner("--rounds", "1", "--aa-rounds", "0")
-    (rnd,) = rounds_of(r.m["plan"])
+    (rnd,) = rounds_of(r.plan)
     first, second = rnd
-    script = Script(r, {(first["block_id"], 0): "failed", (first["block_id"], 1): "failed"})
+    script = Script(r, {(first.block_id, 0): "failed", (first.block_id, 1): "failed"})
     monkeypatch.setattr(r, "run_window", script)
     r.run_round(rnd, *r.todo(rnd))
     # attempt 0 stops at the failure; the last attempt runs the whole round, so the healthy arm's data exists
-    assert script.calls == [(first["block_id"], 0), (first["block_id"], 1), (second["block_id"], 1)]
+    assert script.calls == [(first.block_id, 0), (first.block_id, 1), (second.block_id, 1)]
     assert r.todo(rnd) is None  # failed FAILED_RERUNS_MAX + 1 times: given up, also on a resume
 
 
 def test_resume_runs_windows_in_fresh_and_whole_rounds_when_the_arms_share_a_start(make_runner, monkeypatch):
     for design, expect_both in (("fresh", False), ("swap", True)):
         r = make_runner("--rounds", "1", "--aa-rounds", "0", "--design", design)
-        (rnd,) = rounds_of(r.m["plan"])
-        script = Script(r, {(rnd[1]["block_id"], 0): "interrupted"})
+        (rnd,) = rounds_of(r.plan)
+        script = Script(r, {(rnd[1].block_id, 0): "interrupted"})
         monkeypatch.setattr(r, "run_window", script)
         r.run_round(rnd, *r.todo(rnd))
         todo, attempt = r.todo(rnd)
         assert attempt == 0  # an interruption is no failure
-        assert [w["block_id"] for w in todo] == [w["block_id"] for w in (rnd if expect_both else rnd[1:])]
+        assert [w.block_id for w in todo] == [w.block_id for w in (rnd if expect_both else rnd[1:])]
 
 
 def _look(r, monkeypatch, lines, rc=0):
@@ -114,8 +114,8 @@ def _look(r, monkeypatch, lines, rc=0):
 
 def test_sequential_look_stops_only_after_the_minimum_and_every_aa_round(make_runner, monkeypatch):
     r = make_runner("--until-decided", "--max-rounds", "6", "--min-rounds", "2", "--aa-rounds", "1")
-    rounds = rounds_of(r.m["plan"])
-    aa_round = next(i for i, x in enumerate(rounds) if x[0]["kind"] == "aa")
+    rounds = rounds_of(r.plan)
+    aa_round = next(i for i, x in enumerate(rounds) if x[0].kind == "aa")
     assert aa_round < 1 + 2  # placed before the earliest stop
     stop = {"stop": True, "reason": "CI excludes 0 at every level", "kind": "ab"}
     _look(r, monkeypatch, [stop] * 7)
@@ -124,23 +124,23 @@ def test_sequential_look_stops_only_after_the_minimum_and_every_aa_round(make_ru
         if r.look(windows):
             decided = i
             break
-    ab_before = sum(1 for x in rounds[:decided + 1] if x[0]["kind"] == "ab")
+    ab_before = sum(1 for x in rounds[:decided + 1] if x[0].kind == "ab")
     assert ab_before == 2 and decided == 2  # 1 A/A + 2 A/B rounds: the minimum
     seq = r.m[rs.LOOK_LOG]
     assert r.m["design"]["sequential"]["max_rounds"] == 6  # the settings stay where the planner wrote them
     assert seq["stopped"]["after_round"] == 2 and seq["stopped"]["reason"] == stop["reason"] and seq["looks"] == 3
     assert len(seq["ignored_stops"]) == 2
-    assert {w["round"] for w in r.m["plan"]} == {0, 1, 2} and {w["round"] for w in r.m["plan_not_run"]} == {3, 4, 5, 6}
+    assert {w.round for w in r.plan} == {0, 1, 2} and {w.round for w in r.plan_not_run} == {3, 4, 5, 6}
     assert json.loads((r.run / "manifest.json").read_text())[rs.LOOK_LOG]["stopped"]["after_round"] == 2
 
 
 def test_sequential_look_that_fails_or_says_go_on_never_stops(make_runner, monkeypatch, capsys):
     r = make_runner("--until-decided", "--max-rounds", "3", "--aa-rounds", "0")
     _look(r, monkeypatch, [{"stop": False, "reason": "not yet"}] * 3)
-    assert not any(r.look(w) for w in rounds_of(r.m["plan"]))
+    assert not any(r.look(w) for w in rounds_of(r.plan))
     r2 = make_runner("--until-decided", "--max-rounds", "3", "--aa-rounds", "0")
     _look(r2, monkeypatch, [{"stop": True}] * 3, rc=2)
-    assert not any(r2.look(w) for w in rounds_of(r2.m["plan"]))
+    assert not any(r2.look(w) for w in rounds_of(r2.plan))
     assert len(r2.m[rs.LOOK_LOG]["look_errors"]) == 3 and "no --look here" in r2.m[rs.LOOK_LOG]["look_errors"][0][
         "error"]
     err = capsys.readouterr().err.splitlines()
@@ -221,3 +221,15 @@ def test_sequential_settings_are_read_from_the_manifest_the_runner_writes(tmp_pa
     man["sequential"] = {"looks": 1, "look_errors": [], "ignored_stops": []}  # a look log where older runners kept it
     got = sequential_of(man, 1.0, 0.95)
     assert {k: got[k] for k in want} == want
+
+
+def test_the_runner_saves_its_typed_plan_and_refuses_a_broken_one(make_runner):
+    r = make_runner()
+    r.plan_not_run = r.plan[2:]
+    r.plan = r.plan[:2]
+    r._save()
+    man = json.loads((r.run / "manifest.json").read_text(encoding="utf-8"))
+    assert plan_from_list(man["plan"]) == r.plan and plan_from_list(man["plan_not_run"]) == r.plan_not_run
+    man["plan"][0].pop("arm")
+    with pytest.raises(SystemExit, match="manifest.json: plan entry 0: no arm"):
+        runner.Runner(r.run, man, progress=lambda line: None)

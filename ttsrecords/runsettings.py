@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from ttsrecords.windows import PlannedWindow, unit_ends
+
 # A/B rounds before a sequential look may stop the run (the first look). Three: a t interval from two units has one
 # degree of freedom, and its repeated boundary at n = 2 is so wide that a look there almost never decides.
 DEFAULT_MIN_ROUNDS = 3
@@ -115,13 +117,10 @@ def record(manifest: dict, *, sequential: dict | None, analysis: dict | None) ->
     return manifest
 
 
-def look_due(plan: list[dict], round_: int, seq: dict) -> bool:
+def look_due(plan: list[PlannedWindow], round_: int, seq: dict) -> bool:
     """Whether a unit ends with this round, so the runner looks after it: every round, or in a nested design the
     last round of its server start."""
-    if seq.get("unit") != "start":
-        return True
-    start = next((w["start"] for w in plan if w["round"] == round_), None)
-    return not any(w["start"] == start and w["round"] > round_ for w in plan)
+    return seq.get("unit") != "start" or unit_ends(plan, round_)
 
 
 def analysis(margin_pct: float | None = None, confidence: float | None = None,

@@ -23,6 +23,7 @@ from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 from ttsrecords import runsettings as rs
 from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from ttsrecords.windows import plan_from_list
 
 from . import audiolength
 from . import inference as inf
@@ -126,9 +127,9 @@ def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict 
 def plan_done(manifest: dict, blocks: list[dict]) -> bool:
     """Whether the run's last planned round has run (so a sequential look here is its last): no planned round lies
     beyond the latest round with a window on disk. A stopped run's plan ends where it stopped."""
-    planned = [w.get("round") for w in manifest.get("plan") or [] if isinstance(w, dict)]
+    planned = [w.round for w in plan_from_list(manifest.get("plan"))]
     ran = [b["meta"].get("round") for b in blocks if isinstance(b["meta"].get("round"), int)]
-    return bool(planned) and bool(ran) and max(ran) >= max(r for r in planned if isinstance(r, int))
+    return bool(planned) and bool(ran) and max(ran) >= max(planned)
 
 
 # ----------------------------------------------------------------------------------------------- comparisons
@@ -530,7 +531,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
     simulated = backend_name in ("sim", "simulated", "simulator") or any(b["simulated_counters"] for b in summaries)
     exp = man.get("experiment") if isinstance(man.get("experiment"), dict) else {}
     setup = sim_setup(man, run_dir) if simulated else None
-    planned = len(man.get("plan") or [])
+    planned = len(plan_from_list(man.get("plan")))
     complete = sum(b["status"] == "complete" for b in summaries)
     partial = (man.get("status") not in (None, "complete")) or (planned and complete < planned) or \
         any(b["status"] == "interrupted" for b in summaries)

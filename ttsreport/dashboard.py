@@ -26,6 +26,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ttsrecords import records as rec
+from ttsrecords.runsettings import LOOK_LOG
+from ttsrecords.windows import plan_from_list
 
 from . import plots
 from . import report as rep
@@ -177,7 +179,7 @@ def status_of(man: dict, blocks: list[dict]) -> str:
     if st != "complete":
         return st
     done = {b.get("block_id") for b in blocks if b.get("status") in ("complete", "invalid")}
-    planned = [w.get("block_id") for w in man.get("plan") or []]
+    planned = [w.block_id for w in plan_from_list(man.get("plan"))]
     return "partial" if any(b not in done for b in planned) else "complete"
 
 
@@ -190,7 +192,7 @@ def _live(folder: Path, man: dict, blocks: list[dict]) -> dict:
         by[b.get("status")] = by.get(b.get("status"), 0) + 1
     seq = (man.get("design") or {}).get("sequential") if isinstance(man.get("design"), dict) else None
     return {"progress": None if prog is None else prog.to_dict(), "windows": by,
-            "windows_planned": len(man.get("plan") or []),
+            "windows_planned": len(plan_from_list(man.get("plan"))),
             "sequential": None if not seq else {"min_rounds": seq.get("min_rounds"),
                                                 "max_rounds": seq.get("max_rounds")},
             "looks": [{"rounds": x.get("rounds"), "stop": x.get("stop"), "reason": x.get("reason"),
@@ -222,7 +224,8 @@ def read_ab(folder: Path, root: Path, man: dict) -> Run:
     blocks = _blocks(folder)
     run.status = status_of(man, blocks)
     run.invalid = [f"{b.get('block_id')}: {b.get('reason')}" for b in blocks if b.get("status") == "invalid"]
-    seq = man.get("sequential") if isinstance(man.get("sequential"), dict) else {}
+    seq = next((x for x in (man.get(LOOK_LOG), man.get("sequential")) if isinstance(x, dict) and "looks" in x),
+               {})  # the runner's look log (folders written before it had its own key kept it under "sequential")
     if seq.get("stopped"):
         run.notes.append(f"sequential: stopped after {seq['stopped'].get('ab_rounds')} A/B rounds "
                          f"({seq['stopped'].get('reason')})")
