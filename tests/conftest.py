@@ -10,6 +10,7 @@ a subprocess fails and says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from tools.locust_run import LOCUST, WatchedRun, complete_lines, intact_lines, w
 from tts_predictor import metrics as pm
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
 from ttsrecords import records
+from ttsrecords.results import read_results
 from ttsrecords.windows import plan_to_list
 
 # Processes the standard library or a library may start on its own in the unit tier: platform.processor() runs
@@ -210,3 +212,9 @@ def new_run(tmp_path, monkeypatch):
                            "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", "1", "--seed", "5", *args])
         return plan.new_run(a)
     return make
+
+
+def example_results(summary: dict | None = None, comparison: dict | None = None):
+    """reports/example's statistics, typed, with some top-level fields replaced: a report part on a known run."""
+    s, c = read_results(ROOT / "reports" / "example")
+    return dataclasses.replace(s, **(summary or {})), dataclasses.replace(c, **(comparison or {}))

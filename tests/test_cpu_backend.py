@@ -66,10 +66,12 @@ def test_run_settings_put_the_arms_on_the_cpu():
 
 
 def test_report_banner_names_the_cpu_server():
+    from conftest import example_results
+
     from ttsreport.report import banners
 
-    summary = {"simulated": False, "backend": {"name": ex.CPU_BACKEND}, "partial": False, "invalid_blocks": []}
-    texts = [t for _, t in banners(summary, {"settings": {}})]
+    summary, comparison = example_results({"simulated": False, "backend": {"name": ex.CPU_BACKEND}, "fidelity": None})
+    texts = [t for _, t in banners(summary, comparison)]
     assert any(t.startswith("REAL vllm-omni 0.16.0 SERVER ON CPU") for t in texts)
     assert not any("SIMULATED" in t for t in texts)
 

@@ -173,8 +173,8 @@ def test_report_shows_each_starts_compile_cache(tmp_path):
         doc = _json.loads(path.read_text())
         doc["compile_cache"] = "cold" if i == 0 else "warm"
         path.write_text(_json.dumps(doc))
-    summary, comparison = analysis.summarize(run)
-    assert [s["compile_cache"] for s in summary["starts"]] == ["cold", "warm", "warm"]
+    summary, comparison = analysis.results(run)
+    assert [s["compile_cache"] for s in summary.starts] == ["cold", "warm", "warm"]
     text = design_section(summary, comparison).parts[0]
     assert "3 server start(s) (1 with a cold compile cache, 2 warm" in text
 

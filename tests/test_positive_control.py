@@ -8,6 +8,7 @@ import json
 
 import pytest
 import synthetic_runs as sr
+from conftest import example_results
 
 from loadtest import ab, plan
 from loadtest.runner import locust_cmd
@@ -74,9 +75,7 @@ def test_the_report_says_which_arm_carried_it():
     man = {"arms": {"A": {"host_delay_us": 0.0}, "B": {"host_delay_us": 500.0}}}
     assert analysis.positive_control(man) == {"B": 500.0}
     assert analysis.positive_control({"arms": {"A": {}, "B": {}}}) == {}
-    summary = {"simulated": False, "complete_blocks": 2, "planned_blocks": 2, "partial": False, "blocks": [],
-               "invalid_blocks": []}
-    comparison = {"positive_control": {"B": 500.0}, "settings": {}, "per_level": {}, "aa": {}, "warnings": []}
+    summary, comparison = example_results({"simulated": False}, {"positive_control": {"B": 500.0}})
     text = json.dumps(banners(summary, comparison))
     assert "POSITIVE CONTROL" in text and "arm B carried a fixed extra 500 us" in text
 

@@ -85,8 +85,9 @@ def test_banner_line_quotes_the_committed_figure(tmp_path, monkeypatch):
 
 
 def test_report_banner_carries_the_held_out_figure():
+    from conftest import example_results
+
     from ttsreport.report import banners
 
-    out = banners({"simulated": True, "partial": False, "fidelity": {"line": "fidelity: x"}, "invalid_blocks": []},
-                  {"settings": {}})
+    out = banners(*example_results({"simulated": True, "fidelity": {"line": "fidelity: x"}}))
     assert any(heldout.line() in text for _, text in out)

@@ -11,7 +11,6 @@ JSON files this module writes.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 from ttsrecords import runsettings as rs
 from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from ttsrecords.results import Comparison, Summary, write_results
 from ttsrecords.windows import plan_from_list
 
 from . import audiolength
@@ -710,13 +710,12 @@ def _without_failures(ab: dict, levels: list[str], primary: str, unit: str, marg
             "left_out": left_out, "headline": dec, "levels": results, "differs": differs}
 
 
-def write_statistics(run_dir: str | Path, options: Options | None = None) -> tuple[Path, Path]:
-    """Compute and write summary.json + comparison.json next to the run's raw files."""
+def results(run_dir: str | Path, options: Options | None = None) -> tuple[Summary, Comparison]:
+    """summarize, typed: what write_statistics writes and the report reads (ttsrecords.results)."""
     summary, comparison = summarize(run_dir, options)
-    run = Path(run_dir)
-    paths = run / "summary.json", run / "comparison.json"
-    for p, obj in zip(paths, (summary, comparison), strict=True):
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(obj, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        tmp.replace(p)
-    return paths
+    return Summary.from_dict(summary), Comparison.from_dict(comparison)
+
+
+def write_statistics(run_dir: str | Path, options: Options | None = None) -> tuple[Path, Path]:
+    """Compute and write summary.json + comparison.json next to the run's raw files, through their types."""
+    return write_results(run_dir, *results(run_dir, options))

@@ -238,13 +238,13 @@ def read_ab(folder: Path, root: Path, man: dict) -> Run:
                                                 f" (make report RUN={folder})"))
         return run
     summary, comparison = rep.load(folder)
-    if summary.get("run_status") != man.get("status"):
-        run.notes.append(f"statistics are from when the run was {summary.get('run_status')}, it is now "
+    if summary.run_status != man.get("status"):
+        run.notes.append(f"statistics are from when the run was {summary.run_status}, it is now "
                          f"{man.get('status')} (make report RUN={folder})")
-    run.invalid = [f"{b['block_id']}: {b['reason']}" for b in summary.get("invalid_blocks") or []] or run.invalid
-    run.metric = summary["metrics"][comparison["primary_metric"]]["label"]
-    run.margin_pct = comparison["settings"].get("margin_pct")
-    run.unit = comparison["settings"].get("unit") or run.unit
+    run.invalid = [f"{b['block_id']}: {b['reason']}" for b in summary.invalid_blocks or []] or run.invalid
+    run.metric = summary.metrics[comparison.primary_metric]["label"]
+    run.margin_pct = comparison.settings.get("margin_pct")
+    run.unit = comparison.settings.get("unit") or run.unit
     run.levels = [Level(str(c["level"]), c["kind"], c.get("word") or c["kind"], c["ratio"], c["ci"], c["words"])
                   for c in rep.cards(comparison)]
     return run

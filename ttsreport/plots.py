@@ -13,6 +13,8 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ttsrecords.results import Comparison, Summary  # noqa: E402
+
 COLORS = {"A": "#3b6ea8", "B": "#e07b39"}
 KIND_COLORS = {"faster": "#1f9d55", "slower": "#d64545", "equivalent": "#5b6b7c", "inconclusive": "#c98a06",
                "mixed": "#8e44ad", "more_failures": "#d64545", "fewer_failures": "#1f9d55", "failed": "#7a1616",
@@ -34,15 +36,15 @@ def svg(fig) -> str:
     return re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # a date: same JSON, same page
 
 
-def _label(summary: dict, arm: str) -> str:
-    return f"{arm}: {summary['variants'].get(arm)}"
+def _label(summary: Summary, arm: str) -> str:
+    return f"{arm}: {summary.variants.get(arm)}"
 
 
-def _arm_line(ax, summary: dict, metric: str, scale: float = 1.0) -> bool:
+def _arm_line(ax, summary: Summary, metric: str, scale: float = 1.0) -> bool:
     """Mean per level and arm with its band (both from summary.json)."""
     drawn = False
     for arm in ("A", "B"):
-        pts = [(int(lv), r[metric]) for lv, r in summary["arms"][arm].items() if r.get(metric)]
+        pts = [(int(lv), r[metric]) for lv, r in summary.arms[arm].items() if r.get(metric)]
         if not pts:
             continue
         xs = [p[0] for p in pts]
@@ -51,13 +53,13 @@ def _arm_line(ax, summary: dict, metric: str, scale: float = 1.0) -> bool:
                         color=COLORS[arm], alpha=0.18, lw=0)
         drawn = True
     ax.set_xscale("log", base=2)
-    ax.set_xticks([int(lv) for lv in summary["levels"]], [str(lv) for lv in summary["levels"]])
+    ax.set_xticks([int(lv) for lv in summary.levels], [str(lv) for lv in summary.levels])
     ax.minorticks_off()
     ax.set_xlabel("concurrency")
     return drawn
 
 
-def plot_levels(summary: dict) -> str:
+def plot_levels(summary: Summary) -> str:
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.4))
     specs = [("throughput_rps", "Throughput (req/s) ↑", 1.0),
              ("e2e_p50", "p50 end-to-end latency (ms) ↓", 1e3),
@@ -73,20 +75,20 @@ def plot_levels(summary: dict) -> str:
     return svg(fig)
 
 
-def plot_ratios(summary: dict, comparison: dict) -> str:
+def plot_ratios(summary: Summary, comparison: Comparison) -> str:
     """Per level: the ratio B/A with its interval (colour = decision), the per-round ratios, the equivalence band;
     on the latency panel also the predictions (counters, and the fitted model with its interval)."""
-    levels = comparison["levels"]
-    primary = comparison["primary_metric"]
+    levels = comparison.levels
+    primary = comparison.primary_metric
     other = "e2e_p50" if primary != "e2e_p50" else "throughput_rps"
-    head = comparison.get("headline") or {"levels": {}}
-    m = comparison["settings"]["margin_pct"] / 100.0
+    head = comparison.headline or {"levels": {}}
+    m = comparison.settings["margin_pct"] / 100.0
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 3.5))
     for ax, metric in zip(axes, (primary, other), strict=True):
         xs = list(range(len(levels)))
         margin_band(ax, m)
         for i, lv in enumerate(levels):
-            res = comparison["per_level"][lv]["metrics"].get(metric) or {}
+            res = comparison.per_level[lv]["metrics"].get(metric) or {}
             row = head["levels"].get(lv) if metric == primary else None
             kind = (row or res).get("kind", "inconclusive")
             ci = (row or {}).get("ci_decision") or (row or {}).get("ci") or res.get("ci")
@@ -95,7 +97,7 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
             for j, v in enumerate(dots):
                 ax.plot(i + 0.16, v, ".", color="#999", ms=4, label="per round" if (i == 0 and j == 0) else None)
             if metric == "e2e_p50":
-                p = comparison["per_level"][lv].get("prediction") or {}
+                p = comparison.per_level[lv].get("prediction") or {}
                 if p.get("e2e_ratio"):
                     ax.plot(i - 0.16, p["e2e_ratio"], "D", color="#222", ms=6, mfc="white",
                             label="predicted (counters)" if i == 0 else None)
@@ -107,8 +109,8 @@ def plot_ratios(summary: dict, comparison: dict) -> str:
         ratio_axis(ax)
         ax.set_xticks(xs, [f"c={lv}" for lv in levels])
         ax.set_xlim(-0.6, len(levels) - 0.4)
-        label = summary["metrics"][metric]["label"]
-        better = "higher" if summary["metrics"][metric]["better"] == "higher" else "lower"
+        label = summary.metrics[metric]["label"]
+        better = "higher" if summary.metrics[metric]["better"] == "higher" else "lower"
         ax.set_title(f"{label}: B/A ({better} is better for B)", loc="left")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=5, fontsize=7)
@@ -184,9 +186,9 @@ def _ratio_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     return kept, [f"×{t:g}" for t in kept]
 
 
-def plot_distributions(summary: dict) -> str:
-    dist = summary["distributions"]
-    levels = [lv for lv in summary["levels"] if lv in dist["A"] or lv in dist["B"]]
+def plot_distributions(summary: Summary) -> str:
+    dist = summary.distributions
+    levels = [lv for lv in summary.levels if lv in dist["A"] or lv in dist["B"]]
     if not levels:
         return ""
     cols = min(len(levels), 6)
@@ -210,7 +212,7 @@ def plot_distributions(summary: dict) -> str:
     return svg(fig)
 
 
-def plot_syncs(summary: dict) -> str:
+def plot_syncs(summary: Summary) -> str:
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.2))
     specs = [("syncs_per_call", "syncs per build_attn_metadata call"),
              ("syncs_per_step", "syncs per talker step"),

@@ -13,11 +13,10 @@ orders), sequential looks, telemetry, streaming continuity, vllm-omni's own metr
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
+from ttsrecords.results import Comparison, Summary, read_results
 from ttssim import heldout
 
 from . import plots
@@ -31,14 +30,9 @@ TELEMETRY_COLUMNS = (("gpu_util_pct", "GPU util", "%", 1.0), ("sm_clock_mhz", "S
 DASH = "—"
 
 
-def load(run_dir: str | Path) -> tuple[dict, dict]:
-    run = Path(run_dir)
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-    comparison = json.loads((run / "comparison.json").read_text(encoding="utf-8"))
-    if summary.get("schema") != SUMMARY_SCHEMA or comparison.get("schema") != COMPARISON_SCHEMA:
-        raise ValueError(f"{run}: unknown statistics schema {summary.get('schema')!r} / {comparison.get('schema')!r} "
-                         f"(this report reads {SUMMARY_SCHEMA!r} / {COMPARISON_SCHEMA!r}: rerun python -m ttsreport)")
-    return summary, comparison
+def load(run_dir: str | Path) -> tuple[Summary, Comparison]:
+    """The run's statistics, typed (ttsrecords.results); a ResultsError (one line) when they cannot be read."""
+    return read_results(run_dir)
 
 
 # ----------------------------------------------------------------------------------------------- formatting
@@ -102,53 +96,53 @@ class Section:
     parts: list = field(default_factory=list)  # str (a paragraph), Table, or ("svg", markup)
 
 
-def banners(summary: dict, comparison: dict) -> list[tuple[str, str]]:
+def banners(summary: Summary, comparison: Comparison) -> list[tuple[str, str]]:
     """(css class, text) of the loud banners."""
     out = []
-    if summary["simulated"]:
-        fid = summary.get("fidelity") or {}
+    if summary.simulated:
+        fid = summary.fidelity or {}
         line = fid.get("line") or (f"fidelity: {fid['reason']}" if fid.get("reason") else "fidelity: not recorded")
         out.append(("sim", "SIMULATED BACKEND — these numbers come from the ttssim simulator (modelled step times + the "
                            f"real variant code on CPU), not from vllm-omni on a GPU. {line}; {heldout.line()}"))
-    be = summary.get("backend") or {}
+    be = summary.backend or {}
     if isinstance(be, dict) and be.get("name") == "vllm-cpu":
         out.append(("warn", "REAL vllm-omni 0.16.0 SERVER ON CPU — the serving pipeline is real (API server, stage "
                             "processes, connector, plugin); the model is a tiny random Qwen3-TTS and attention runs "
                             "on CPU, so the timings are not a GPU's."))
-    conf = (summary.get("experiment") or {}).get("confounded")
+    conf = (summary.experiment or {}).get("confounded")
     if conf:
         out.append(("confounded", "RELEASE VS RELEASE — everything differs between the arms, not one function: "
                                   f"{conf}. A difference here cannot be attributed to any single change."))
-    for w in comparison.get("aa_warnings") or []:
+    for w in comparison.aa_warnings or []:
         out.append(("invalid", f"A/A BIAS — {w}. The set-up itself moves the primary metric (order, warm-up or "
                                "drift): treat every verdict with suspicion until it is understood."))
-    if summary["partial"]:
-        out.append(("partial", f"PARTIAL RUN — {summary['complete_blocks']} of {summary['planned_blocks'] or '?'} "
-                               f"planned windows complete (run status: {summary.get('run_status')}). "
+    if summary.partial:
+        out.append(("partial", f"PARTIAL RUN — {summary.complete_blocks} of {summary.planned_blocks or '?'} "
+                               f"planned windows complete (run status: {summary.run_status}). "
                                "Verdicts use only the complete rounds."))
-    head = comparison.get("headline") or {}
-    for lv in comparison.get("levels") or []:
+    head = comparison.headline or {}
+    for lv in comparison.levels or []:
         row = (head.get("levels") or {}).get(lv) or {}
         if row.get("kind") == "failed":
-            res = comparison["per_level"][lv]["metrics"][comparison["primary_metric"]]
+            res = comparison.per_level[lv]["metrics"][comparison.primary_metric]
             why = "; ".join(n.split(": the arm failed there")[0] for n in res.get("notes") or []
                             if "the arm failed there" in n)
             out.append(("invalid", f"ARM FAILED at c={lv} — {why}. No speed claim at c={lv} from the remaining "
                                    "rounds: fix the failure and rerun."))
-    for side, delay_us in (comparison.get("positive_control") or {}).items():
+    for side, delay_us in (comparison.positive_control or {}).items():
         out.append(("warn", f"POSITIVE CONTROL — arm {side} carried a fixed extra {delay_us:g} us of host time per "
                             "build_attn_metadata call (the plugin's control file, counted in "
                             "tts_predictor_host_delay_calls_total): a known slowdown of that arm. A verdict that does "
                             "not find it says the run lacked the power for an effect of this size."))
-    audio = comparison.get("audio_per_prompt") or {}
+    audio = comparison.audio_per_prompt or {}
     if audio.get("kind") == "differs":
         out.append(("invalid", f"AUDIO LENGTH DIFFERS — {audio['text']}." + _length_controls(audio)))
-    note = comparison["settings"].get("swap_note")
+    note = comparison.settings.get("swap_note")
     if note:
         out.append(("warn", f"ONE SERVER START — {note}"))
-    for w in summary.get("warnings") or []:
+    for w in summary.warnings or []:
         out.append(("warn", f"NOTE — {w}"))
-    for b in summary["invalid_blocks"]:
+    for b in summary.invalid_blocks:
         out.append(("invalid", f"INVALID WINDOW {b['block_id']} (round {b['round']}, {b['kind']}, arm {b['arm']}, "
                                f"{b['variant']}) excluded: {b['reason']}"))
     return out
@@ -162,25 +156,25 @@ def _length_controls(audio: dict) -> str:
     return f" Length control per arm — {'; '.join(parts)}." if parts else ""
 
 
-def audio_line(comparison: dict) -> str | None:
+def audio_line(comparison: Comparison) -> str | None:
     """The quiet line on audio seconds per prompt (the loud banner, when they differ, is in banners())."""
-    audio = comparison.get("audio_per_prompt")
+    audio = comparison.audio_per_prompt
     if not audio:
         return None
     return "Audio per prompt (B vs A): " + audio["text"] + "." + (
         f" Plan-time warning: {audio['length_warning']}." if audio.get("length_warning") else "")
 
 
-def cards(comparison: dict) -> list[dict]:
+def cards(comparison: Comparison) -> list[dict]:
     """The headline per level: kind, ratio, interval, words, and the multiplicity note."""
-    head = comparison.get("headline")
+    head = comparison.headline
     if not head:
         return []
     out = []
     seq = head.get("rule") == "sequential"
-    for lv in comparison["levels"]:
+    for lv in comparison.levels:
         row = head["levels"][lv]
-        res = comparison["per_level"][lv]["metrics"][comparison["primary_metric"]]
+        res = comparison.per_level[lv]["metrics"][comparison.primary_metric]
         kind = row.get("kind")
         if "ci_decision" in row:
             ci, ci_what = row.get("ci_decision"), row.get("ci_decision_what")
@@ -189,12 +183,12 @@ def cards(comparison: dict) -> list[dict]:
             ci_what = None
         gain = res.get("gain")
         note = (f"sequential rule, Holm p {_p(row.get('p_holm'))}" if seq
-                else f"Holm p {_p(row.get('p_holm'))} over {len(comparison['levels'])} level(s)")
+                else f"Holm p {_p(row.get('p_holm'))} over {len(comparison.levels)} level(s)")
         if kind == "inconclusive" and row.get("rounds_needed"):
             note += f"; about {row['rounds_needed']} more {res.get('unit', 'round')}(s)"
         if kind in ("failed", "no_spread"):
             note = row.get("text") or res.get("text") or note
-        er = comparison["per_level"][lv].get("error_rate") or {}
+        er = comparison.per_level[lv].get("error_rate") or {}
         ci_er = er.get("ci_pp")
         error = (f"error rate: {er.get('kind', DASH)}" + (f", B − A {er['diff_pp']:+.2f} pp [{ci_er[0]:+.2f}, "
                                                             f"{ci_er[1]:+.2f}]" if ci_er else "")
@@ -208,8 +202,8 @@ def cards(comparison: dict) -> list[dict]:
 
 
 def _metric_row(summary, lv, m, res, headline_row=None, sequential=False) -> list:
-    meta = summary["metrics"][m]
-    arms = [summary["arms"][x].get(lv, {}).get(m) for x in ("A", "B")]
+    meta = summary.metrics[m]
+    arms = [summary.arms[x].get(lv, {}).get(m) for x in ("A", "B")]
     kind = (headline_row or res)["kind"]
     word = (headline_row or res).get("word") or kind
     ci = (headline_row or {}).get("ci_decision") or (headline_row or {}).get("ci") or res.get("ci")
@@ -225,19 +219,19 @@ def _metric_row(summary, lv, m, res, headline_row=None, sequential=False) -> lis
             f"{res.get('n')} {res.get('unit')}(s)"]
 
 
-def verdict_table(summary: dict, comparison: dict) -> Table:
-    primary = comparison["primary_metric"]
-    head = comparison.get("headline") or {"levels": {}}
+def verdict_table(summary: Summary, comparison: Comparison) -> Table:
+    primary = comparison.primary_metric
+    head = comparison.headline or {"levels": {}}
     rows = []
-    for lv in comparison["levels"]:
-        pl = comparison["per_level"][lv]
+    for lv in comparison.levels:
+        pl = comparison.per_level[lv]
         rows.append(_metric_row(summary, lv, primary, pl["metrics"][primary], head["levels"].get(lv),
                                 head.get("rule") == "sequential"))
         for m in TABLE_METRICS:
             if m != primary and m in pl["metrics"]:
                 rows.append(_metric_row(summary, lv, m, pl["metrics"][m]))
         er = pl["error_rate"]
-        arms = [summary["arms"][x].get(lv, {}).get("error_rate") for x in ("A", "B")]
+        arms = [summary.arms[x].get(lv, {}).get("error_rate") for x in ("A", "B")]
         ci = er.get("ci_pp")
         rows.append(["", "error rate", "own verdict (rates)", _value(arms[0]["mean"] if arms[0] else None,
                                                                           "share"),
@@ -245,11 +239,11 @@ def verdict_table(summary: dict, comparison: dict) -> Table:
                      DASH if er.get("diff_pp") is None else f"{er['diff_pp']:+.2f} pp",
                      DASH if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}] pp", "B − A, percentage points",
                      (er["kind"], f"k-{er['kind']}"), f"{er.get('n')} round(s)"])
-    s = comparison["settings"]
+    s = comparison.settings
     note = (f"Ratio = geometric mean of B/A over the {s['unit']}s; interval: {100 * s['confidence']:g} % Student t on "
             f"ln(B/A). {s['decision']}. {s['multiplicity']}. Error rate: B − A in percentage points, the hull of a "
             "paired t interval and Newcombe's score interval (a difference is claimed only when both agree).")
-    if (comparison.get("headline") or {}).get("rule") == "sequential":
+    if (comparison.headline or {}).get("rule") == "sequential":
         note += " Primary metric: the sequential rule's repeated interval (the run looked after every round)."
     else:
         note += (" Primary metric: the interval that decided its word (Holm's step for a claim, the 90 % TOST "
@@ -259,11 +253,11 @@ def verdict_table(summary: dict, comparison: dict) -> Table:
     return Table(["level", "metric", "role", "A", "B", "B/A", "interval", "in words", "decision", "n"], rows, note)
 
 
-def skipped_units(comparison: dict) -> list[str]:
+def skipped_units(comparison: Comparison) -> list[str]:
     """Every round or unit a verdict left out or flagged, with why (the notes of every comparison), one line each."""
     out = []
-    for lv in comparison["levels"]:
-        pl = comparison["per_level"][lv]
+    for lv in comparison.levels:
+        pl = comparison.per_level[lv]
         seen: list[str] = []
         for res in pl["metrics"].values():
             for n in res.get("notes") or []:
@@ -273,19 +267,19 @@ def skipped_units(comparison: dict) -> list[str]:
         if er.get("n_skipped"):
             seen.append(f"error rate: {er['n_skipped']} round(s) skipped (no request in one arm)")
         out += [f"c={lv}: {n}" for n in seen]
-    out += [f"sequential rule: {n}" for n in (comparison.get("headline") or {}).get("notes") or []]
+    out += [f"sequential rule: {n}" for n in (comparison.headline or {}).get("notes") or []]
     return out
 
 
-def aa_section(summary: dict, comparison: dict) -> Section:
+def aa_section(summary: Summary, comparison: Comparison) -> Section:
     sec = Section("aa", "A/A check (both windows run arm A)")
-    primary = comparison["primary_metric"]
-    if not comparison["rounds"]["aa"]:
+    primary = comparison.primary_metric
+    if not comparison.rounds["aa"]:
         sec.parts.append("No A/A round in this run: the method's bias check is missing.")
         return sec
     rows = []
-    for lv in comparison["levels"]:
-        a = comparison["per_level"][lv]["aa"].get(primary) or {}
+    for lv in comparison.levels:
+        a = comparison.per_level[lv]["aa"].get(primary) or {}
         warn = ("BIAS: the interval excludes 1", "k-slower") if a.get("warn") else ("no bias shown", "")
         rows.append([f"c={lv}", str(a.get("n")), _r(a.get("ratio")), _ci(a.get("ci")), warn if a.get("ci") else DASH,
                      _sd_pct(a.get("sd_log")), _sd_pct(a.get("sd_log_ab")),
@@ -293,24 +287,24 @@ def aa_section(summary: dict, comparison: dict) -> Section:
                      f"{a['spread_ratio']:.2f} {_ci(a.get('spread_ratio_ci'))}"])
     sec.parts.append(Table(["level", "A/A rounds", "A/A ratio", "interval", "bias check", "A/A spread",
                             "A/B spread", "A/B ÷ A/A spread [interval]"], rows,
-                           f"{summary['metrics'][primary]['label']}: the mean A/A ratio should be 1 (a bias or order "
+                           f"{summary.metrics[primary]['label']}: the mean A/A ratio should be 1 (a bias or order "
                            "check); the spreads are sd of ln(ratio) per round (≈ %). An A/B spread well above the A/A "
                            "spread means the effect itself varies from round to round. A/A rounds never move a "
                            "threshold."))
-    for w in comparison.get("aa_warnings_secondary") or []:
+    for w in comparison.aa_warnings_secondary or []:
         sec.parts.append(f"Secondary metric A/A warning: {w}")
     return sec
 
 
-def failures_section(summary: dict, comparison: dict) -> Section | None:
-    clean = comparison.get("without_failures")
+def failures_section(summary: Summary, comparison: Comparison) -> Section | None:
+    clean = comparison.without_failures
     if not clean:
         return None
     sec = Section("failures", "Failures are data: the analysis with and without rounds that had failed requests")
-    primary = comparison["primary_metric"]
-    head = comparison["headline_fixed"] or comparison["headline"]
+    primary = comparison.primary_metric
+    head = comparison.headline_fixed or comparison.headline
     rows = []
-    for lv in comparison["levels"]:
+    for lv in comparison.levels:
         a, b = head["levels"][lv], clean["headline"]["levels"][lv]
         changed = lv in clean["differs"]
         rows.append([f"c={lv}", (a["kind"], f"k-{a['kind']}"), f"{_r(a.get('ratio'))} {_ci(a.get('ci'))}",
@@ -319,29 +313,29 @@ def failures_section(summary: dict, comparison: dict) -> Section | None:
                      ("DIFFERS", "k-slower") if changed else "same"])
     sec.parts.append(Table(["level", "all valid rounds", "ratio [interval]", "rounds left out", "without them",
                             "ratio [interval]", ""], rows,
-                           f"{summary['metrics'][primary]['label']}, Holm over levels in both. Second analysis: "
+                           f"{summary.metrics[primary]['label']}, Holm over levels in both. Second analysis: "
                            f"{clean['rule']}. The first (all valid rounds) is the verdict; the second shows whether "
                            "the failures drive it."))
     return sec
 
 
-def design_section(summary: dict, comparison: dict) -> Section:
-    s = comparison["settings"]
-    d = summary["design"]
+def design_section(summary: Summary, comparison: Comparison) -> Section:
+    s = comparison.settings
+    d = summary.design
     sec = Section("design", "Design: units, variance components, order effect, level orders")
     unit_txt = {"round": "each round (an A and a B window) is one unit of the interval",
                 "start": "each server start is one unit (the mean ln(B/A) of its window pairs), so the interval "
                          "carries start-to-start variance"}[s["unit"]]
-    caches = [st.get("compile_cache") for st in summary.get("starts") or [] if st.get("compile_cache")]
-    sec.parts.append(f"Design {d['name']}: {unit_txt}. {comparison['rounds']['ab']} A/B round(s), "
-                     f"{comparison['rounds']['aa']} A/A round(s)"
+    caches = [st.get("compile_cache") for st in summary.starts or [] if st.get("compile_cache")]
+    sec.parts.append(f"Design {d['name']}: {unit_txt}. {comparison.rounds['ab']} A/B round(s), "
+                     f"{comparison.rounds['aa']} A/A round(s)"
                      + (f", {d['starts']} server start(s)" if d.get("starts") else "")
                      + (f" ({caches.count('cold')} with a cold compile cache, {caches.count('warm')} warm: a cold "
                         "start compiles from scratch, which can move the between-starts component)" if caches else "")
                      + ".")
     rows, orows = [], []
-    for lv in comparison["levels"]:
-        dz = comparison["per_level"][lv]["design"]
+    for lv in comparison.levels:
+        dz = comparison.per_level[lv]["design"]
         c = dz.get("components")
         if c:
             rows.append([f"c={lv}", str(c["n_starts"]), str(c["n"]), _sd_pct(c["sd_start"]), _sd_pct(c["sd_pair"]),
@@ -359,7 +353,7 @@ def design_section(summary: dict, comparison: dict) -> Section:
                                "requests (throughput: the mean latency's, by Little's law; percentiles: a bootstrap "
                                "over requests), and 'between pairs' is net of it."))
     else:
-        reason = next((comparison["per_level"][lv]["design"].get("components_reason") for lv in comparison["levels"]),
+        reason = next((comparison.per_level[lv]["design"].get("components_reason") for lv in comparison.levels),
                       None)
         sec.parts.append(f"Variance components: not estimable — {reason}")
     if orows:
@@ -369,19 +363,19 @@ def design_section(summary: dict, comparison: dict) -> Section:
     lrows = [[b["block_id"], str(b["round"]), b["kind"], b["arm"], DASH if b.get("start") is None else str(b["start"]),
               DASH if b.get("position") is None else str(b["position"]),
               " → ".join(str(x) for x in b["level_order"]) if b.get("level_order") else "scenario order (version 1)"]
-             for b in summary["blocks"]]
+             for b in summary.blocks]
     how = {"seeded per round": "drawn per round from the run's seed, the same for both windows of the round",
            "seeded per window": "drawn per window from the run's seed (runs made before it was drawn per round)"}
     sec.parts.append(Table(["window", "round", "kind", "arm", "start", "position", "level order"], lrows,
-                           "Level order: " + how.get(summary["design"].get("level_order"), "as the scenario lists "
+                           "Level order: " + how.get(summary.design.get("level_order"), "as the scenario lists "
                                                      "the levels") + " (block.json `levels`).",
                            caption=f"Level order of each window ({len(lrows)} windows)", collapsed=True))
     return sec
 
 
-def looks_section(summary: dict, comparison: dict) -> Section | None:
-    looks = summary.get("looks") or []
-    seq = comparison["settings"].get("sequential")
+def looks_section(summary: Summary, comparison: Comparison) -> Section | None:
+    looks = summary.looks or []
+    seq = comparison.settings.get("sequential")
     if not looks and not seq:
         return None
     sec = Section("looks", "Sequential looks")
@@ -390,7 +384,7 @@ def looks_section(summary: dict, comparison: dict) -> Section | None:
         sec.parts.append(f"Sequential run: looks after every {unit} from {seq.get('min_units', seq['min_rounds'])} "
                          f"to {seq.get('max_units', seq['max_rounds'])} {unit}s (the last look decides), "
                          f"alpha {seq['alpha']:g}, margin ±{seq['margin_pct']:g} %. "
-                         + (comparison.get("headline") or {}).get("correction", ""))
+                         + (comparison.headline or {}).get("correction", ""))
     rows = [[str(i + 1), str(x.get("rounds")), ("STOP", "k-faster") if x.get("stop") else "continue",
              (x.get("kind", DASH), f"k-{x.get('kind')}"), x.get("reason", ""),
              "; ".join(f"c={lv} {r.get('kind')} {_r(r.get('ratio'))} {_ci(r.get('ci'))}"
@@ -402,8 +396,8 @@ def looks_section(summary: dict, comparison: dict) -> Section | None:
     return sec
 
 
-def telemetry_section(summary: dict, comparison: dict) -> Section:
-    t = summary.get("telemetry") or {}
+def telemetry_section(summary: Summary, comparison: Comparison) -> Section:
+    t = summary.telemetry or {}
     sec = Section("telemetry", "Server telemetry over the measure windows")
     if not t.get("available"):
         sec.parts.append("not available: no telemetry.jsonl samples inside the measure windows (version-1 run, or "
@@ -411,9 +405,9 @@ def telemetry_section(summary: dict, comparison: dict) -> Section:
         return sec
     gpu_cols = TELEMETRY_COLUMNS[:4]  # always shown: "not available" where no GPU was readable
     cols = list(gpu_cols) + [c for c in TELEMETRY_COLUMNS[4:] if any((t[a].get(lv) or {}).get(c[0]) is not None
-                                                                     for a in ("A", "B") for lv in summary["levels"])]
+                                                                     for a in ("A", "B") for lv in summary.levels)]
     rows = []
-    for lv in summary["levels"]:
+    for lv in summary.levels:
         for arm in ("A", "B"):
             w = t[arm].get(lv) or {}
             rows.append([f"c={lv}", arm] + [f"{_num(w.get(k))} {u}" if w.get(k) is not None else
@@ -430,12 +424,12 @@ def telemetry_section(summary: dict, comparison: dict) -> Section:
     return sec
 
 
-def continuity_section(summary: dict, comparison: dict) -> Section:
+def continuity_section(summary: Summary, comparison: Comparison) -> Section:
     sec = Section("continuity", "Streaming continuity")
     rows = []
     any_data = False
-    for lv in comparison["levels"]:
-        c = comparison["per_level"][lv]["continuity"]
+    for lv in comparison.levels:
+        c = comparison.per_level[lv]["continuity"]
         any_data |= c["available"]
         for arm in ("A", "B"):
             a = c["arms"][arm]
@@ -457,13 +451,13 @@ def continuity_section(summary: dict, comparison: dict) -> Section:
     return sec
 
 
-def upstream_section(summary: dict, comparison: dict) -> Section | None:
-    u = summary.get("upstream") or {}
+def upstream_section(summary: Summary, comparison: Comparison) -> Section | None:
+    u = summary.upstream or {}
     if not u.get("available"):
         return None
     sec = Section("upstream", "vllm-omni's own metrics (per measure window)")
     rows = []
-    for lv in summary["levels"]:
+    for lv in summary.levels:
         names = sorted({k for a in ("A", "B") for k in ((u[a].get(lv) or {}).get("histograms") or {})})
         for name in names:
             cells = []
@@ -487,12 +481,12 @@ def upstream_section(summary: dict, comparison: dict) -> Section | None:
     return sec
 
 
-def prediction_section(summary: dict, comparison: dict) -> Section:
+def prediction_section(summary: Summary, comparison: Comparison) -> Section:
     sec = Section("prediction", "Predicted vs observed p50 latency (B/A)")
     rows = []
-    for lv in comparison["levels"]:
-        p = comparison["per_level"][lv].get("prediction") or {}
-        obs = comparison["per_level"][lv]["metrics"].get("e2e_p50") or {}
+    for lv in comparison.levels:
+        p = comparison.per_level[lv].get("prediction") or {}
+        obs = comparison.per_level[lv]["metrics"].get("e2e_p50") or {}
         mod = p.get("model") or {}
 
         def us(x):
@@ -512,11 +506,11 @@ def prediction_section(summary: dict, comparison: dict) -> Section:
     return sec
 
 
-def arms_section(summary: dict) -> Section:
+def arms_section(summary: Summary) -> Section:
     sec = Section("arms", "Arms (as the manifest records them)")
     keys = ("label", "backend", "vllm_omni", "image", "base_image", "plugin", "variant", "sim_config", "sim_set",
             "stages", "deploy", "evidence")
-    info = summary.get("arms_info") or {}
+    info = summary.arms_info or {}
     present = [k for k in keys if any(info.get(a, {}).get(k) not in (None, [], "") for a in ("A", "B"))]
     rows = [[k, *[str(info.get(a, {}).get(k)) if info.get(a, {}).get(k) not in (None, [], "") else DASH
                   for a in ("A", "B")]] for k in present]
@@ -536,10 +530,10 @@ def arms_section(summary: dict) -> Section:
     return sec
 
 
-def windows_section(summary: dict) -> Section:
+def windows_section(summary: Summary) -> Section:
     sec = Section("windows", "Windows and the manipulation check (GPU syncs from the server counters)")
     rows = []
-    for b in summary["blocks"]:
+    for b in summary.blocks:
         m = b["manipulation"]
         exp = DASH if m["expected_syncs"] is None else f"{m['expected_syncs']:.0f}"
         valid = ("yes", "") if b["valid"] else (f"NO — {b['invalid_reason']}", "no")
@@ -549,7 +543,7 @@ def windows_section(summary: dict) -> Section:
                      f"{m['syncs']:.0f} / {exp} ({m['source']})" if m.get("applicable", True) else "no plugin",
                      str(sp.get("left_out") or 0) + (f" (runner: {sp['runner']})" if sp.get("runner") is not None
                                                      else ""), valid])
-    starts = summary.get("starts") or []
+    starts = summary.starts or []
     sec.parts.append(Table(["window", "round", "kind", "arm", "variant", "status", "start", "attempt",
                             "syncs observed / expected", "spanning a switch (left out)", "valid"], rows,
                            "Invalid windows are excluded with their round; failed requests alone never invalidate a "
@@ -568,9 +562,9 @@ def windows_section(summary: dict) -> Section:
     return sec
 
 
-def sections(summary: dict, comparison: dict) -> list[Section]:
-    s = comparison["settings"]
-    head = comparison.get("headline")
+def sections(summary: Summary, comparison: Comparison) -> list[Section]:
+    s = comparison.settings
+    head = comparison.headline
     top = Section("verdicts", "Verdicts per level (B vs A)")
     top.parts.append(verdict_table(summary, comparison))
     skipped = skipped_units(comparison)
@@ -586,10 +580,10 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
         method.parts.append(f"Rule of the headline: {head.get('correction', '')}.")
     if audio_line(comparison):
         method.parts.append(audio_line(comparison))
-    primary = comparison["primary_metric"]
+    primary = comparison.primary_metric
     rows = []
-    for lv in comparison["levels"]:
-        res = comparison["per_level"][lv]["metrics"][primary]
+    for lv in comparison.levels:
+        res = comparison.per_level[lv]["metrics"][primary]
         row = (head or {"levels": {}})["levels"].get(lv) or {}
         need = row.get("rounds_needed")
         if row.get("kind") != "inconclusive":
@@ -608,7 +602,7 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
     method.parts.append(Table(["level", "t interval (fixed sample)" if seq else "t interval (the verdict's)",
                                "bootstrap (diagnostic)",
                                "simultaneous (Bonferroni, display)", "to settle it", "what that assumes"], rows,
-                              f"{summary['metrics'][primary]['label']}: the Student t interval decides; the "
+                              f"{summary.metrics[primary]['label']}: the Student t interval decides; the "
                               "percentile bootstrap over the units is shown only as a check of its shape (with few "
                               "units it cannot reach beyond the data, so it is never the verdict)."))
     out = [top, method, aa_section(summary, comparison)]
@@ -621,20 +615,20 @@ def sections(summary: dict, comparison: dict) -> list[Section]:
     return out
 
 
-def title(summary: dict) -> str:
-    v = summary["variants"]
-    name = (summary.get("experiment") or {}).get("name")
+def title(summary: Summary) -> str:
+    v = summary.variants
+    name = (summary.experiment or {}).get("name")
     return f"TTS A/B: {v.get('B')} (B) vs {v.get('A')} (A)" + (f" — {name}" if name else "") + \
-        f" — run {summary['run_id']}"
+        f" — run {summary.run_id}"
 
 
-def headline_sentence(summary: dict, comparison: dict) -> str:
-    head = comparison.get("headline")
+def headline_sentence(summary: Summary, comparison: Comparison) -> str:
+    head = comparison.headline
     if not head:
         return "No valid A/B round: nothing to compare yet."
     rule = "sequential rule" if head.get("rule") == "sequential" else "Holm over levels"
     word = head.get("word") or head["kind"]
-    return f"Primary metric {summary['metrics'][comparison['primary_metric']]['label']}: {word} — {head['text']} ({rule})."
+    return f"Primary metric {summary.metrics[comparison.primary_metric]['label']}: {word} — {head['text']} ({rule})."
 
 
 # ----------------------------------------------------------------------------------------------- Markdown
@@ -653,7 +647,7 @@ def _md_table(t: Table) -> list[str]:
     return lines + [""]
 
 
-def markdown(summary: dict, comparison: dict) -> str:
+def markdown(summary: Summary, comparison: Comparison) -> str:
     lines = [f"# {title(summary)}", ""]
     for _, text in banners(summary, comparison):
         lines += [f"> **{text}**", ""]
@@ -671,7 +665,7 @@ def markdown(summary: dict, comparison: dict) -> str:
             elif isinstance(part, str):
                 lines += [part, ""]
     lines += ["## Metric definitions", ""]
-    lines += [f"- **{m['label']}** ({k}): {m['definition']}" for k, m in summary["metrics"].items()]
+    lines += [f"- **{m['label']}** ({k}): {m['definition']}" for k, m in summary.metrics.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -740,24 +734,24 @@ def _html_table(t: Table) -> str:
     return "".join(out)
 
 
-def html_page(summary: dict, comparison: dict) -> str:
-    v = summary["variants"]
+def html_page(summary: Summary, comparison: Comparison) -> str:
+    v = summary.variants
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<meta name='viewport' content='width=device-width,initial-scale=1'>",
              f"<title>{_esc(title(summary))}</title>", f"<style>{CSS}</style></head><body><main>"]
     for cls, text in banners(summary, comparison):
         parts.append(f"<div class='banner {cls}'>{_esc(text)}</div>")
-    be = summary.get("backend") or {}
+    be = summary.backend or {}
     be_text = be.get("name", "") if isinstance(be, dict) else be
-    r = comparison["rounds"]
+    r = comparison.rounds
     parts.append(f"<h1>Is <span style='color:{plots.COLORS['B']}'>{_esc(v.get('B'))}</span> (B) faster than "
                  f"<span style='color:{plots.COLORS['A']}'>{_esc(v.get('A'))}</span> (A) end to end?</h1>")
-    parts.append(f"<div class='sub'>run {_esc(summary['run_id'])} · backend {_esc(be_text)} · design "
-                 f"{_esc(summary['design']['name'])} · {r['ab']} A/B rounds + {r['aa']} A/A rounds · margin "
-                 f"±{comparison['settings']['margin_pct']:g} % · git {_esc((summary.get('git_revision') or '')[:10])}"
-                 f" · started {_esc(summary.get('started') or '')}</div>")
+    parts.append(f"<div class='sub'>run {_esc(summary.run_id)} · backend {_esc(be_text)} · design "
+                 f"{_esc(summary.design['name'])} · {r['ab']} A/B rounds + {r['aa']} A/A rounds · margin "
+                 f"±{comparison.settings['margin_pct']:g} % · git {_esc((summary.git_revision or '')[:10])}"
+                 f" · started {_esc(summary.started or '')}</div>")
     parts.append(f"<div class='headline'>{_esc(headline_sentence(summary, comparison))}</div><div class='cards'>")
-    metric_label = summary["metrics"][comparison["primary_metric"]]["label"]
+    metric_label = summary.metrics[comparison.primary_metric]["label"]
     for c in cards(comparison):
         col = plots.KIND_COLORS.get(c["kind"], "#ccc")
         parts.append(f"<div class='card' style='border-top-color:{col}'><div class='lv'>{_esc(metric_label)} at "
@@ -783,10 +777,10 @@ def html_page(summary: dict, comparison: dict) -> str:
         parts.append("</section>")
     parts.append("<section><h2>Metric definitions</h2><table>" + "".join(
         f"<tr><td><b>{_esc(m['label'])}</b></td><td>{_esc(m['definition'])}</td></tr>"
-        for m in summary["metrics"].values()) + "</table>")
-    if summary.get("notes"):
+        for m in summary.metrics.values()) + "</table>")
+    if summary.notes:
         parts.append("<details><summary>notes while reading the files</summary><ul>" +
-                     "".join(f"<li>{_esc(n)}</li>" for n in summary["notes"]) + "</ul></details>")
+                     "".join(f"<li>{_esc(n)}</li>" for n in summary.notes) + "</ul></details>")
     parts.append("</section></main></body></html>\n")
     return "".join(parts)
 
