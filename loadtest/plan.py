@@ -31,6 +31,7 @@ from loadtest.scenario import Scenario, ScenarioError, load_scenario
 from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 from ttsrecords import runsettings as rs
+from ttsrecords.manifest import RunLog
 from ttsrecords.paths import ROOT
 from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
 from ttsrecords.windows import plan_from_list, plan_to_list, starts_of, with_order
@@ -535,7 +536,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     images = sorted({x.image for x in arms.values() if x.backend == "vllm"})
     exp_file = Path(exp.path)
     manifest = {
-        "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(), "ended": None, "status": "planned",
+        "schema": AB_SCHEMA, "run_id": name, "created": utc(), "started": utc(),
         "experiment": {"path": None if shorthand else a.experiment, "name": exp.name, "idea": exp.idea,
                        "sha256": sha256(exp_file) if exp_file.is_file() else None, "shorthand": shorthand,
                        "primary_metric": exp.primary_metric, "simulated": exp.simulated,
@@ -553,7 +554,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "sim_config": ({"path": settings["sim_config"], "sha256": sha256(ROOT / settings["sim_config"])}
                        if settings["sim_config"] and exp.simulated else None),
         "sim_profiles": profiles,
-        "settings": settings, "plan": plan_to_list(plan), "starts": starts_of(plan), "switches": [],
+        "settings": settings, "plan": plan_to_list(plan), "starts": starts_of(plan),
         "resume_policy": RESUME_POLICY,
         "command": ["python", "-m", "loadtest.ab", *(sys.argv[1:] if sys.argv else [])],
     }
@@ -566,6 +567,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     manifest["git_revision"] = env.pop("git_revision")
     manifest["code_fingerprint"] = code_fingerprint()
     manifest["host"] = env
+    manifest.update(RunLog().to_dict())  # the runner's part, as it starts: status "planned"
     write_json(run / "manifest.json", manifest)
     return run, manifest
 

@@ -37,7 +37,6 @@ from loadtest.design import SWAPPED
 from loadtest.plan import (
     DONE,
     FAILED_RERUNS_MAX,
-    RESUME_POLICY,
     ROOT,
     arms_of,
     code_fingerprint,
@@ -59,15 +58,13 @@ from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
+from ttsrecords.manifest import RUNNER_KEYS, ManifestError, read_manifest
 from ttsrecords.samples import rows_of, sample_key
 from ttsrecords.windows import (
-    PlanError,
     PlannedWindow,
     last_of_start,
-    plan_from_list,
-    plan_to_list,
     rounds_of,
-    starts_of,
+    windows_to_run,
 )
 
 LOCUST_GRACE_S = 90.0  # beyond the scenario's own length before a window counts as hung
@@ -207,12 +204,13 @@ class Start:
 class Runner:
     def __init__(self, run_dir: Path, manifest: dict, progress=print, exp: ex.Experiment | None = None):
         self.run = run_dir
-        self.m = manifest
-        try:  # the plan, typed; the manifest gets it back on every save
-            self.plan = plan_from_list(manifest.get("plan"))
-            self.plan_not_run = plan_from_list(manifest.get("plan_not_run"))
-        except PlanError as e:
-            raise SystemExit(f"error: {run_dir / 'manifest.json'}: {e}") from None
+        try:
+            typed = read_manifest(manifest, str(run_dir / "manifest.json"))
+        except ManifestError as e:
+            raise SystemExit(f"error: {e}") from None
+        self.m = {k: v for k, v in manifest.items() if k not in RUNNER_KEYS}  # the planner's: never written here
+        self.log = typed.log  # the runner's own record of the run, the only part of the manifest it writes
+        self.planned = list(typed.plan)
         self.s = manifest["settings"]
         self.design = manifest["design"]
         self.exp = exp or experiment_for(self.s)
@@ -249,17 +247,19 @@ class Runner:
                 raise Interrupted
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
+    @property
+    def plan(self) -> list[PlannedWindow]:
+        """The windows this run runs: the plan less what a sequential stop left out."""
+        return windows_to_run(self.planned, self.log.plan_not_run)
+
     def _save(self) -> None:
-        self.m["plan"] = plan_to_list(self.plan)
-        if self.plan_not_run:
-            self.m["plan_not_run"] = plan_to_list(self.plan_not_run)
-        rec.write_json(self.run / "manifest.json", self.m)
+        rec.write_json(self.run / "manifest.json", {**self.m, **self.log.to_dict()})
 
     # --- preparation (images, model): before the first start, outside every ready timeout ---------------------
 
     def prepare(self) -> None:
         cmds = ex.images(self.exp)
-        if not cmds or (self.m.get("preparation") or {}).get("ok"):
+        if not cmds or (self.log.preparation or {}).get("ok"):
             return
         steps = []
         with open(self.run / "prepare.log", "ab") as log:
@@ -275,11 +275,11 @@ class Runner:
                         raise Interrupted
                     time.sleep(0.5)
                 steps.append({"what": c.what, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)})
-                self.m["preparation"] = {"ok": False, "steps": steps}
+                self.log.preparation = {"ok": False, "steps": steps}
                 self._save()
                 if proc.returncode != 0:
                     raise PreparationFailed(f"{c.what} failed (exit {proc.returncode}; see prepare.log)")
-        self.m["preparation"] = {"ok": True, "steps": steps}
+        self.log.preparation = {"ok": True, "steps": steps}
         self._save()
 
     def pin_cpus(self) -> None:
@@ -289,9 +289,9 @@ class Runner:
             plan = pinning.plan(int(os.environ.get("SERVER_NUMA_NODE") or 0))
         except ValueError as e:
             raise PreparationFailed(str(e)) from None
-        self.m["cpu"] = pinning.describe(plan)
+        self.log.cpu = pinning.describe(plan)
         if self.s.get("backend") == "vllm":
-            self.m["cpu"]["load_generator_affinity"] = pinning.format_cpulist(pinning.pin_load_generator(plan))
+            self.log.cpu["load_generator_affinity"] = pinning.format_cpulist(pinning.pin_load_generator(plan))
         self._save()
 
     # --- server starts --------------------------------------------------------------------------------------
@@ -562,7 +562,7 @@ class Runner:
         if i is not None and elapsed is None:
             elapsed, length_s = 0.0, self.window_s + (self.design.get("settle_s") or 0.0)
         p = rec.Progress(
-            t=round(time.time(), 3), state=state, status=self.m.get("status") or "running",
+            t=round(time.time(), 3), state=state, status=self.log.status,
             rounds_done=self.rounds_done, rounds_planned=len({x.round for x in plan}), windows_planned=len(plan),
             round=None if w is None else w.round, kind=None if w is None else w.kind,
             window=None if i is None else i + 1, block_id=None if w is None else w.block_id,
@@ -626,7 +626,7 @@ class Runner:
                 return
             attempt += 1
             todo = list(windows)
-            self.m.setdefault("reruns", []).append({"round": w.round, "attempt": attempt,
+            self.log.reruns.append({"round": w.round, "attempt": attempt,
                                                     "because": f"{failed['block_id']}: {failed['reason']}"})
             self._save()
             print(f"round {w.round}: window {failed['block_id']} failed; its round runs again at once "
@@ -637,7 +637,9 @@ class Runner:
     def look(self, windows: list[PlannedWindow]) -> bool:
         """After a completed unit (a round; a server start in a nested design): run the sequential look and say
         whether the run stops here. Its log goes under runsettings.LOOK_LOG, beside the settings it reads."""
-        log = self.m.setdefault(rs.LOOK_LOG, {"looks": 0, "look_errors": [], "ignored_stops": []})
+        if self.log.sequential_looks is None:
+            self.log.sequential_looks = {"looks": 0, "look_errors": [], "ignored_stops": []}
+        log = self.log.sequential_looks
         self.write_progress("look")
         cmd = look_command(self.run)
         try:
@@ -676,9 +678,7 @@ class Runner:
             self._save()
             return False
         log["stopped"] = {"after_round": r, "ab_rounds": ab_done, "reason": line.get("reason"), "look": line}
-        self.plan_not_run = [x for x in plan if x.round > r]
-        self.plan = [x for x in plan if x.round <= r]
-        self.m["starts"] = starts_of(self.plan)
+        self.log.plan_not_run = [x for x in plan if x.round > r]
         self._save()
         print(f"sequential: stop after round {r} ({ab_done} A/B rounds): {line.get('reason')}", flush=True)
         return True
@@ -695,10 +695,9 @@ class Runner:
     def execute(self) -> str:
         """Run every round not done yet; returns the run status."""
         self.install_signals()
-        self.m["status"] = "running"
-        self.m.setdefault("resume_policy", RESUME_POLICY)
+        self.log.status = "running"
         self.nvml = Nvml.open() or False
-        self.m["telemetry"] = describe_telemetry(self.nvml or None, self.s.get("backend", "sim"))
+        self.log.telemetry = describe_telemetry(self.nvml or None, self.s.get("backend", "sim"))
         self._save()
         try:
             self.pin_cpus()
@@ -718,20 +717,20 @@ class Runner:
                 seq = rs.sequential_of(self.m)
                 if seq and rs.look_due(self.plan, windows[0].round, seq) and self.look(windows):
                     break
-            self.m["status"] = "complete"
+            self.log.status = "complete"
         except Interrupted:
-            self.m["status"] = "interrupted"
+            self.log.status = "interrupted"
         except PreparationFailed as e:
-            self.m["status"], self.m["reason"] = "failed", str(e)
+            self.log.status, self.log.reason = "failed", str(e)
             print(f"error: {e}", file=sys.stderr, flush=True)
         finally:
-            self.stop_start("interrupted" if self.m["status"] == "interrupted" else "stopped",
-                            "SIGINT/SIGTERM" if self.m["status"] == "interrupted" else None)
+            self.stop_start("interrupted" if self.log.status == "interrupted" else "stopped",
+                            "SIGINT/SIGTERM" if self.log.status == "interrupted" else None)
             for p in self.procs:
                 stop_group(p)
-            self.m["switches"] = self._collect_switches()
-            self.m["ended"] = utc()
+            self.log.switches = self._collect_switches()
+            self.log.ended = utc()
             self._save()
             self.rounds_done = self._rounds_done()
             self.write_progress("ended")
-        return self.m["status"]
+        return self.log.status

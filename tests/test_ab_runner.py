@@ -19,6 +19,7 @@ from loadtest import ab, plan, runner
 from loadtest.scenario import load_scenario
 from loadtest.server_process import health
 from ttsrecords import records
+from ttsrecords.windows import manifest_windows
 
 QUICK = ["--scenario", "configs/scenarios/smoke.yaml", "--sim-config", "configs/sim/fast.yaml", "--levels", "8",
          "--warmup-s", "1", "--measure-s", "3", "--drain-s", "0"]
@@ -254,7 +255,8 @@ def test_nested_sequential_run_stops_when_the_look_says_so(tmp_path, monkeypatch
     looks, _ = records.read_jsonl(run / "looks.jsonl", records.LOOK_SCHEMA)
     assert [x["stop"] for x in looks] == [False, True]
     assert man["sequential_looks"]["stopped"]["after_round"] == 1 and man["status"] == "complete"
-    assert len(man["plan"]) == 4 and len(man["plan_not_run"]) == 4
+    assert len(man["plan"]) == 8 and len(man["plan_not_run"]) == 4  # the plan stays as planned
+    assert [w.block_id for w in manifest_windows(man)] == [w["block_id"] for w in man["plan"][:4]]
     blocks, starts = _blocks(run), _starts(run)
     assert len(blocks) == 4 and all(b["status"] == "complete" for b in blocks.values())
     assert list(starts) == [0, 1]  # S starts x W = 1 pair each

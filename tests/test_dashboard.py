@@ -228,7 +228,7 @@ def _running(root: Path, monkeypatch) -> tuple[runner.Runner, dict]:
                        "--levels", "4,8", "--count-s", "1", "--rounds", "2", "--aa-rounds", "0", "--seed", "5"])
     run, manifest = plan.new_run(a)
     r = runner.Runner(run, manifest, progress=lambda line: None)
-    r.m["status"] = "running"
+    r.log.status = "running"
     r._save()
     w = r.plan[0]
     scen = plan.window_scenario(r.scenario, w.order, root.parent / f"{root.name}-w.yaml", count=True)

@@ -44,7 +44,7 @@ def test_the_planners_sequential_settings_are_what_the_runner_and_the_statistics
     assert {k: stats[k] for k in seq} == seq and stats["alpha"] == pytest.approx(0.05)
     # the runner's log of its looks goes under its own key and leaves the settings alone
     r = runner.Runner(run, stored, progress=lambda line: None)
-    r.m[rs.LOOK_LOG] = {"looks": 1, "look_errors": [], "ignored_stops": []}
+    r.log.sequential_looks = {"looks": 1, "look_errors": [], "ignored_stops": []}
     r._save()
     again = json.loads((run / "manifest.json").read_text())
     assert rs.sequential_of(again) == seq and sequential_of(again, 1.0, 0.95)["max_units"] == 6

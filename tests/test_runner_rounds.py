@@ -14,6 +14,7 @@ from loadtest import ab, plan, runner
 from tts_predictor import metrics as m
 from ttsrecords import records
 from ttsrecords import runsettings as rs
+from ttsrecords.manifest import RUNNER_KEYS, read_manifest
 from ttsrecords.windows import plan_from_list, rounds_of
 
 
@@ -30,11 +31,11 @@ def test_runner_records_the_cpu_plan_and_pins_only_a_gpu_run(make_runner, monkey
     pinned = []
     monkeypatch.setattr(runner.pinning, "pin_load_generator", lambda p: pinned.append(p) or [0, 1])
     r.pin_cpus()
-    assert r.m["cpu"]["server_cpus"] and "governors" in r.m["cpu"] and not pinned  # the simulator: recorded only
-    assert json.loads((r.run / "manifest.json").read_text())["cpu"] == r.m["cpu"]
+    assert r.log.cpu["server_cpus"] and "governors" in r.log.cpu and not pinned  # the simulator: recorded only
+    assert json.loads((r.run / "manifest.json").read_text())["cpu"] == r.log.cpu
     r.s["backend"] = "vllm"
     r.pin_cpus()
-    assert pinned and r.m["cpu"]["load_generator_affinity"] == "0-1"
+    assert pinned and r.log.cpu["load_generator_affinity"] == "0-1"
     monkeypatch.setenv("SERVER_NUMA_NODE", "99")
     if not runner.pinning.numa_nodes():  # a kernel without NUMA nodes in /sys: no node to refuse
         return
@@ -70,7 +71,7 @@ def test_a_failed_window_reruns_its_whole_round_at_once(make_runner, monkeypatch
     # both windows again, in order, at once, attempt 1 (the complete one too: a pair belongs together)
     assert script.calls == [(first.block_id, 0), (second.block_id, 0), (first.block_id, 1),
                             (second.block_id, 1)]
-    assert r.m["reruns"] == [{"round": 0, "attempt": 1, "because": f"{second.block_id}: failed on purpose"}]
+    assert r.log.reruns == [{"round": 0, "attempt": 1, "because": f"{second.block_id}: failed on purpose"}]
     assert r.todo(rounds[0]) is None  # done
 
 
@@ -126,11 +127,11 @@ def test_sequential_look_stops_only_after_the_minimum_and_every_aa_round(make_ru
             break
     ab_before = sum(1 for x in rounds[:decided + 1] if x[0].kind == "ab")
     assert ab_before == 2 and decided == 2  # 1 A/A + 2 A/B rounds: the minimum
-    seq = r.m[rs.LOOK_LOG]
+    seq = r.log.sequential_looks
     assert r.m["design"]["sequential"]["max_rounds"] == 6  # the settings stay where the planner wrote them
     assert seq["stopped"]["after_round"] == 2 and seq["stopped"]["reason"] == stop["reason"] and seq["looks"] == 3
     assert len(seq["ignored_stops"]) == 2
-    assert {w.round for w in r.plan} == {0, 1, 2} and {w.round for w in r.plan_not_run} == {3, 4, 5, 6}
+    assert {w.round for w in r.plan} == {0, 1, 2} and {w.round for w in r.log.plan_not_run} == {3, 4, 5, 6}
     assert json.loads((r.run / "manifest.json").read_text())[rs.LOOK_LOG]["stopped"]["after_round"] == 2
 
 
@@ -141,7 +142,7 @@ def test_sequential_look_that_fails_or_says_go_on_never_stops(make_runner, monke
     r2 = make_runner("--until-decided", "--max-rounds", "3", "--aa-rounds", "0")
     _look(r2, monkeypatch, [{"stop": True}] * 3, rc=2)
     assert not any(r2.look(w) for w in rounds_of(r2.plan))
-    assert len(r2.m[rs.LOOK_LOG]["look_errors"]) == 3 and "no --look here" in r2.m[rs.LOOK_LOG]["look_errors"][0][
+    assert len(r2.log.sequential_looks["look_errors"]) == 3 and "no --look here" in r2.log.sequential_looks["look_errors"][0][
         "error"]
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all("sequential look after round" in e and "failed" in e for e in err)
@@ -223,13 +224,18 @@ def test_sequential_settings_are_read_from_the_manifest_the_runner_writes(tmp_pa
     assert {k: got[k] for k in want} == want
 
 
-def test_the_runner_saves_its_typed_plan_and_refuses_a_broken_one(make_runner):
+def test_the_runner_writes_only_its_own_keys_and_refuses_a_broken_plan(make_runner):
+    """The planner's fields (the plan too) stay as planned; what the runner records goes under RUNNER_KEYS."""
     r = make_runner()
-    r.plan_not_run = r.plan[2:]
-    r.plan = r.plan[:2]
+    planned = json.loads((r.run / "manifest.json").read_text(encoding="utf-8"))
+    r.log.plan_not_run = r.planned[2:]
+    r.log.status, r.log.reruns = "running", [{"round": 0, "attempt": 1, "because": "x"}]
     r._save()
     man = json.loads((r.run / "manifest.json").read_text(encoding="utf-8"))
-    assert plan_from_list(man["plan"]) == r.plan and plan_from_list(man["plan_not_run"]) == r.plan_not_run
+    assert {k: v for k, v in man.items() if k not in RUNNER_KEYS} == \
+        {k: v for k, v in planned.items() if k not in RUNNER_KEYS}
+    assert plan_from_list(man["plan_not_run"]) == r.planned[2:] and r.plan == r.planned[:2]
+    assert read_manifest(man).to_dict() == man and read_manifest(man).windows_to_run == r.plan
     man["plan"][0].pop("arm")
     with pytest.raises(SystemExit, match="manifest.json: plan entry 0: no arm"):
         runner.Runner(r.run, man, progress=lambda line: None)

@@ -78,6 +78,18 @@ def plan_from_list(items: Any) -> list[PlannedWindow]:
     return out
 
 
+def windows_to_run(plan: list[PlannedWindow], plan_not_run: list[PlannedWindow]) -> list[PlannedWindow]:
+    """The plan less the windows a sequential stop left out (the runner keeps the planned plan whole)."""
+    left_out = {w.block_id for w in plan_not_run}
+    return [w for w in plan if w.block_id not in left_out]
+
+
+def manifest_windows(manifest: dict[str, Any]) -> list[PlannedWindow]:
+    """The windows a manifest says its run runs: "plan" less "plan_not_run" (folders from before the runner kept
+    the plan whole had it cut at the stop already: the same answer)."""
+    return windows_to_run(plan_from_list(manifest.get("plan")), plan_from_list(manifest.get("plan_not_run")))
+
+
 def plan_to_list(plan: list[PlannedWindow]) -> list[dict[str, Any]]:
     return [w.to_dict() for w in plan]
 

@@ -21,9 +21,10 @@ from scipy import stats as sps
 from tts_predictor.domain import CODEC_FRAME_RATE_HZ
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 from ttsrecords import runsettings as rs
+from ttsrecords.manifest import SIMULATED_NAMES
 from ttsrecords.records import COMPARISON_SCHEMA, SUMMARY_SCHEMA
 from ttsrecords.results import Comparison, Summary, write_results
-from ttsrecords.windows import plan_from_list
+from ttsrecords.windows import manifest_windows
 
 from . import audiolength
 from . import inference as inf
@@ -127,7 +128,7 @@ def sequential_of(manifest: dict, margin_pct: float, confidence: float) -> dict 
 def plan_done(manifest: dict, blocks: list[dict]) -> bool:
     """Whether the run's last planned round has run (so a sequential look here is its last): no planned round lies
     beyond the latest round with a window on disk. A stopped run's plan ends where it stopped."""
-    planned = [w.round for w in plan_from_list(manifest.get("plan"))]
+    planned = [w.round for w in manifest_windows(manifest)]
     ran = [b["meta"].get("round") for b in blocks if isinstance(b["meta"].get("round"), int)]
     return bool(planned) and bool(ran) and max(ran) >= max(planned)
 
@@ -528,10 +529,10 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
                                        "B": next((b["variant"] for b in summaries if b["arm"] == "B"), None)}
     backend = man.get("backend") or {}
     backend_name = backend.get("name") if isinstance(backend, dict) else backend
-    simulated = backend_name in ("sim", "simulated", "simulator") or any(b["simulated_counters"] for b in summaries)
+    simulated = backend_name in SIMULATED_NAMES or any(b["simulated_counters"] for b in summaries)
     exp = man.get("experiment") if isinstance(man.get("experiment"), dict) else {}
     setup = sim_setup(man, run_dir) if simulated else None
-    planned = len(plan_from_list(man.get("plan")))
+    planned = len(manifest_windows(man))
     complete = sum(b["status"] == "complete" for b in summaries)
     partial = (man.get("status") not in (None, "complete")) or (planned and complete < planned) or \
         any(b["status"] == "interrupted" for b in summaries)
@@ -552,7 +553,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
         "fidelity": None if setup is None else {"config": setup["config"], "line": setup["fidelity"],
                                                 "reason": setup["reason"]},
         "design": {"name": design, "unit": unit, "starts": len(run["starts"]) or None,
-                   "level_order": (man["design"] if isinstance(man.get("design"), dict) else {}).get("level_order")},
+                   "level_order": (man.get("design") or {}).get("level_order")},
         "partial": bool(partial), "run_status": man.get("status"), "planned_blocks": planned,
         "complete_blocks": complete, "started": man.get("started"), "ended": man.get("ended"),
         "git_revision": man.get("git_revision"), "scenario": man.get("scenario"), "levels": levels,

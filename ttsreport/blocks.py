@@ -18,6 +18,7 @@ import yaml
 
 from tts_predictor import metrics as pm
 from ttsrecords import records as rec
+from ttsrecords.manifest import AB_MANIFESTS, read_manifest
 from ttsrecords.measures import METRICS, PRIMARY_METRIC, VERDICT_METRICS, Metric  # noqa: F401 (re-exported)
 from ttsrecords.samples import rows_of, stored_total
 from ttsreport import omni_metrics
@@ -56,6 +57,8 @@ def load_run(run_dir: str | Path) -> dict:
     a single Locust run is seen as one window of arm A. Version-1 runs load too (their later fields read as null)."""
     run = Path(run_dir)
     manifest = read_json_checked(run / "manifest.json", rec.RUN_MANIFESTS) or {}
+    if manifest.get("schema") in AB_MANIFESTS:  # the one upgrade of an A/B manifest, here at load time
+        manifest = read_manifest(manifest, str(run / "manifest.json")).to_dict()
     notes: list[str] = []
     scenario = None
     if (run / "scenario.yaml").is_file():

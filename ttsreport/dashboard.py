@@ -26,8 +26,9 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ttsrecords import records as rec
+from ttsrecords.manifest import read_manifest
 from ttsrecords.runsettings import LOOK_LOG
-from ttsrecords.windows import plan_from_list
+from ttsrecords.windows import manifest_windows
 
 from . import plots
 from . import report as rep
@@ -179,7 +180,7 @@ def status_of(man: dict, blocks: list[dict]) -> str:
     if st != "complete":
         return st
     done = {b.get("block_id") for b in blocks if b.get("status") in ("complete", "invalid")}
-    planned = [w.block_id for w in plan_from_list(man.get("plan"))]
+    planned = [w.block_id for w in manifest_windows(man)]
     return "partial" if any(b not in done for b in planned) else "complete"
 
 
@@ -190,9 +191,9 @@ def _live(folder: Path, man: dict, blocks: list[dict]) -> dict:
     by: dict[str, int] = {}
     for b in blocks:
         by[b.get("status")] = by.get(b.get("status"), 0) + 1
-    seq = (man.get("design") or {}).get("sequential") if isinstance(man.get("design"), dict) else None
+    seq = (man.get("design") or {}).get("sequential")
     return {"progress": None if prog is None else prog.to_dict(), "windows": by,
-            "windows_planned": len(plan_from_list(man.get("plan"))),
+            "windows_planned": len(manifest_windows(man)),
             "sequential": None if not seq else {"min_rounds": seq.get("min_rounds"),
                                                 "max_rounds": seq.get("max_rounds")},
             "looks": [{"rounds": x.get("rounds"), "stop": x.get("stop"), "reason": x.get("reason"),
@@ -204,9 +205,10 @@ def _live(folder: Path, man: dict, blocks: list[dict]) -> dict:
 
 def read_ab(folder: Path, root: Path, man: dict) -> Run:
     """An A/B run (manifest tts-ab): its manifest and windows, and its statistics when they were built."""
+    man = read_manifest(man, str(folder / "manifest.json")).to_dict()  # version 1 upgraded, as the statistics do
     exp = man.get("experiment") if isinstance(man.get("experiment"), dict) else {}
     labels = man.get("labels") or man.get("variants") or {}
-    be = man.get("backend") if isinstance(man.get("backend"), dict) else {"name": man.get("backend")}
+    be = man.get("backend") or {}
     design = rd.design_of(man)
     scen = man.get("scenario") or {}
     arms = _arms_identity(man)
