@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from loadtest import experiment as ex
@@ -188,8 +189,10 @@ def main(argv=None) -> int:
             with tempfile.TemporaryDirectory(prefix="tts-ab-dry-") as tmp:
                 a.out, a.name = tmp, "dry-run"
                 _, manifest = new_run(a)
-                exp = experiment_for(manifest["settings"])
-                sys.stdout.write(ex.dry_run(exp, hot_swap=manifest["design"]["hot_swap"]))
+                d = manifest["design"]  # the header says what this run would do, options over the file
+                exp = replace(experiment_for(manifest["settings"]), scenario=manifest["scenario"]["path"],
+                              rounds=d["rounds"], aa_rounds=d["aa_rounds"], seed=d["seed"])
+                sys.stdout.write(ex.dry_run(exp, hot_swap=d["hot_swap"]))
                 print("## the plan (nothing was run or written)")
                 print(describe(manifest))
             return 0

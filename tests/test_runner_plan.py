@@ -294,3 +294,15 @@ def test_a_known_answer_run_is_not_named_after_the_mission():
                               "b_sim_set": ["model.extra_step_pct=2"]})
     assert "original" not in ka.name and "vectorized" in ka.name
     assert "model.extra_step_pct=2" in ka.idea and "PR" not in ka.idea
+
+
+def test_the_dry_run_header_says_what_this_run_would_do(capsys, monkeypatch):
+    """Options over the experiment file: the header names the scenario, rounds and seed the plan lines use."""
+    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    assert ab.main(["--experiment", "configs/experiments/sim/mission-sim.yaml", "--scenario",
+                    "configs/scenarios/smoke.yaml", "--rounds", "4", "--aa-rounds", "0", "--seed", "99",
+                    "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("# scenario "))
+    assert header.startswith("# scenario configs/scenarios/smoke.yaml; design: 0 A/A + 4 A/B rounds, seed 99"), header
+    assert "0 A/A + 4 A/B rounds" in out.split("## the plan")[1]

@@ -41,6 +41,7 @@ class RunLog:
     switches: list[dict[str, Any]] = field(default_factory=list)  # every hot swap, from the starts' records
     plan_not_run: list[PlannedWindow] = field(default_factory=list)  # after a sequential stop: the windows left out
     sequential_looks: dict[str, Any] | None = None  # {looks, look_errors, ignored_stops, stopped}
+    resumed: list[str] = field(default_factory=list)  # UTC of every resume (make ab RESUME=<run>)
     present: frozenset[str] = frozenset({"status"})  # the keys the file has (a rewrite keeps exactly those)
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,7 +60,7 @@ class RunLog:
         kw = {f.name: d[LOOK_LOG if f.name == "sequential_looks" else f.name] for f in fields(cls)
               if f.name != "present" and (LOOK_LOG if f.name == "sequential_looks" else f.name) in d}
         kw["plan_not_run"] = plan_from_list(kw.get("plan_not_run"))
-        for k in ("reruns", "switches"):
+        for k in ("reruns", "switches", "resumed"):
             kw[k] = list(kw.get(k) or [])
         kw["status"] = kw.get("status") or "planned"
         return cls(**kw, present=frozenset(k for k in RUNNER_KEYS if k in d) | {"status"})
