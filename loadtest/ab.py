@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from loadtest import experiment as ex
-from loadtest.plan import ROOT, describe, experiment_for, new_run, sha256, utc
+from loadtest.plan import ROOT, describe, experiment_for, new_run
+from loadtest.provenance import sha256, utc
 from loadtest.runner import Runner
 from ttsrecords import runsettings as rs
 from ttsrecords.records import AB_SCHEMA, DESIGNS

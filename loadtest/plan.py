@@ -10,14 +10,10 @@ variables, so no tokens.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import os
-import platform
 import random
 import shutil
-import subprocess
 import sys
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -27,7 +23,8 @@ import yaml
 
 from loadtest import experiment as ex
 from loadtest.design import SWAPPED, make_plan  # noqa: F401  (make_plan: the tests build runs with it)
-from loadtest.scenario import Scenario, ScenarioError, load_scenario
+from loadtest.provenance import code_fingerprint, environment, package_version, sha256, utc
+from loadtest.scenario import ScenarioError, effective_scenario, load_scenario
 from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 from ttsrecords import runsettings as rs
@@ -51,127 +48,6 @@ DEFAULT_ROUNDS, DEFAULT_AA_ROUNDS = 3, 1
 DEFAULT_WINDOW_PAIRS = 2  # nested: A/B window pairs per server start
 DEFAULT_SETTLE_S = 5.0  # swap / nested: extra warm-up after a switch, not measured
 PILOT = {"starts": 2, "window_pairs": 2, "aa_rounds": 0}  # `make ab PILOT=1`: a short nested pilot for --plan
-
-
-def utc() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-# --- scenarios -------------------------------------------------------------------------------------------------
-
-
-def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | None,
-                       sets: list[str] | None = None, last_drain_s: float | None = None) -> Path:
-    """Copy the scenario into the run folder, with phase lengths / levels / keys overridden if asked (recorded, hashed)."""
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    for kv in sets or []:
-        key, _, value = kv.partition("=")
-        if not key or not _:
-            raise ValueError(f"--scenario-set wants KEY=VALUE, got {kv!r}")
-        data[key] = yaml.safe_load(value)
-    if phases:
-        data["phases"] = {**data.get("phases", {}), **phases}
-    if levels:
-        data["steps"] = [{"concurrency": c} for c in levels]
-    if last_drain_s is not None and data.get("steps"):
-        last = data["steps"][-1]
-        data["steps"][-1] = {**(last if isinstance(last, dict) else {"concurrency": last}), "drain_s": last_drain_s}
-    out.write_text(f"# effective scenario of this run, from {path}\n" + yaml.safe_dump(data, sort_keys=False),
-                   encoding="utf-8")
-    load_scenario(str(out))  # validate now: a bad override fails before any server starts
-    return out
-
-
-def window_scenario(run_scenario: Scenario, order: list[int], out: Path, *, count: bool, settle_s: float = 0.0,
-                    block_id: str = "") -> Path:
-    """The scenario of one window: the run's steps in the window's order (indices into the run's steps).
-
-    A level keeps its own count, warm-up and measure lengths; the drain belongs to the POSITION (the drain of the run's
-    i-th step goes to the window's i-th step), so the last level of every window has the run's last drain, whatever
-    level that is (requests still running when Locust stops are never recorded). settle_s lengthens the first
-    warm-up (after a hot-swap switch). count False: no count phase (an arm without the plugin has no control file)."""
-    steps = run_scenario.steps
-    doc_steps = []
-    for pos, idx in enumerate(order):
-        s = steps[idx]
-        d = {"concurrency": s.concurrency, "warmup_s": s.warmup_s + (settle_s if pos == 0 else 0.0),
-             "measure_s": s.measure_s, "drain_s": steps[pos].drain_s}
-        if run_scenario.loop == "open":
-            d.update(rate=s.rate, users=s.users)
-        doc_steps.append(d)
-    count_s = steps[0].count_s if count else 0.0
-    doc = {"schema": "tts-scenario/1", "name": run_scenario.name, "mode": run_scenario.mode,
-           "loop": run_scenario.loop, "seed": run_scenario.seed, "prompts": run_scenario.prompts,
-           "voice": run_scenario.voice, "mix": run_scenario.mix, "timeout_s": run_scenario.timeout_s,
-           "spawn_rate": run_scenario.spawn_rate, "language": run_scenario.language,
-           "phases": {"count_s": count_s}, "steps": doc_steps}
-    head = (f"# window {block_id}: the run's scenario with the levels in this window's seeded order, the drain by "
-            f"position{f', {settle_s:g} s settle after a switch' if settle_s else ''}"
-            f"{'' if count else ', no count phase (no control file)'}\n")
-    out.write_text(head + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    load_scenario(str(out))
-    return out
-
-
-def window_seconds(scenario: Scenario, count: bool = True) -> float:
-    """Length of one window's load: every level's count, warm-up, measure and drain."""
-    return sum((s.count_s if count else 0.0) + s.warmup_s + s.measure_s + s.drain_s for s in scenario.steps)
-
-
-# --- environment -----------------------------------------------------------------------------------------------
-
-
-def _run_quiet(cmd: list[str], timeout: float = 5.0) -> str | None:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_revision() -> str | None:
-    """The checkout's commit (None outside a git checkout)."""
-    return _run_quiet(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
-
-
-# what a run's windows execute: the load generator, the records, the simulator, the plugin, the CPU server's launcher
-CODE_DIRS = ("loadtest", "ttsrecords", "ttssim", "tts_predictor", "cpu_server")
-
-
-def code_fingerprint() -> str:
-    """sha256 over the suite's own Python sources (CODE_DIRS). The runner starts Locust (and a simulator or CPU
-    server) from the checkout for every window, so a checkout edited during a run would mix two codes in one
-    comparison; each window records this, and the statistics warn when windows differ."""
-    h = hashlib.sha256()
-    for d in CODE_DIRS:
-        for path in sorted((ROOT / d).rglob("*.py")):
-            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def environment(images: list[str]) -> dict:
-    """What the manifest records about the machine and the code: no environment variables, so no tokens."""
-    gpu = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
-    rev = git_revision()
-    dirty = _run_quiet(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-    info = {"git_revision": rev, "git_dirty": bool(dirty), "python": platform.python_version(),
-            "platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu.splitlines() if gpu else None}
-    if images:
-        info["image_digest"] = {img: _run_quiet(["docker", "image", "inspect", "--format", "{{.Id}}", img])
-                                for img in images}
-    return info
-
-
-def _package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return f"ttssim (tts-loadtest {version('tts-loadtest')})"
-    except Exception:
-        return "ttssim"
 
 
 # --- the experiment of a run -----------------------------------------------------------------------------------
@@ -547,7 +423,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         "confounded": exp.confounded,
         "length_warning": ex.length_warning(arms),
         "backend": {"name": settings["backend"], "simulated": exp.simulated,
-                    "version": _package_version() if exp.simulated else ex.CPU_WHAT if backend == ex.CPU_BACKEND else
+                    "version": package_version() if exp.simulated else ex.CPU_WHAT if backend == ex.CPU_BACKEND else
                     ", ".join(sorted({f"vllm-omni {x.vllm_omni}" for x in arms.values()})) + " (docker/serve.sh)"},
         "design": d, "seeds": {"order": d["seed"], "scenario": sc.seed, "levels": d["seed"]},
         "scenario": {"path": str(scen), "sha256": sha256(scen), "effective_sha256": sha256(run / "scenario.yaml")},

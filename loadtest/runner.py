@@ -39,17 +39,14 @@ from loadtest.plan import (
     FAILED_RERUNS_MAX,
     ROOT,
     arms_of,
-    code_fingerprint,
     control_extra,
     experiment_for,
     has_control,
-    utc,
-    window_scenario,
-    window_seconds,
 )
+from loadtest.provenance import code_fingerprint, utc
 from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
 from loadtest.readiness import confirm_ready, make_probe
-from loadtest.scenario import load_scenario
+from loadtest.scenario import load_scenario, window_scenario, window_seconds
 from loadtest.server_process import ServerError, ServerProcess, stop_group
 from loadtest.shape import PhaseHold, Schedule, epochs_per_window
 from loadtest.telemetry import Nvml, Telemetry

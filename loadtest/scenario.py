@@ -198,3 +198,64 @@ def scenario_from_dict(d: dict[str, Any]) -> Scenario:
     """Rebuild a Scenario sent over the wire (master -> workers) by Scenario.to_dict()."""
     steps = tuple(Step(**s) for s in d["steps"])
     return Scenario(**{**d, "steps": steps, "mix": dict(d["mix"])})
+
+
+# --- the scenario of a run and of each of its windows ----------------------------------------------------------
+
+
+def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | None,
+                       sets: list[str] | None = None, last_drain_s: float | None = None) -> Path:
+    """Copy the scenario into the run folder, with phase lengths / levels / keys overridden if asked (recorded, hashed)."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    for kv in sets or []:
+        key, _, value = kv.partition("=")
+        if not key or not _:
+            raise ValueError(f"--scenario-set wants KEY=VALUE, got {kv!r}")
+        data[key] = yaml.safe_load(value)
+    if phases:
+        data["phases"] = {**data.get("phases", {}), **phases}
+    if levels:
+        data["steps"] = [{"concurrency": c} for c in levels]
+    if last_drain_s is not None and data.get("steps"):
+        last = data["steps"][-1]
+        data["steps"][-1] = {**(last if isinstance(last, dict) else {"concurrency": last}), "drain_s": last_drain_s}
+    out.write_text(f"# effective scenario of this run, from {path}\n" + yaml.safe_dump(data, sort_keys=False),
+                   encoding="utf-8")
+    load_scenario(str(out))  # validate now: a bad override fails before any server starts
+    return out
+
+
+def window_scenario(run_scenario: Scenario, order: list[int], out: Path, *, count: bool, settle_s: float = 0.0,
+                    block_id: str = "") -> Path:
+    """The scenario of one window: the run's steps in the window's order (indices into the run's steps).
+
+    A level keeps its own count, warm-up and measure lengths; the drain belongs to the POSITION (the drain of the run's
+    i-th step goes to the window's i-th step), so the last level of every window has the run's last drain, whatever
+    level that is (requests still running when Locust stops are never recorded). settle_s lengthens the first
+    warm-up (after a hot-swap switch). count False: no count phase (an arm without the plugin has no control file)."""
+    steps = run_scenario.steps
+    doc_steps = []
+    for pos, idx in enumerate(order):
+        s = steps[idx]
+        d = {"concurrency": s.concurrency, "warmup_s": s.warmup_s + (settle_s if pos == 0 else 0.0),
+             "measure_s": s.measure_s, "drain_s": steps[pos].drain_s}
+        if run_scenario.loop == "open":
+            d.update(rate=s.rate, users=s.users)
+        doc_steps.append(d)
+    count_s = steps[0].count_s if count else 0.0
+    doc = {"schema": "tts-scenario/1", "name": run_scenario.name, "mode": run_scenario.mode,
+           "loop": run_scenario.loop, "seed": run_scenario.seed, "prompts": run_scenario.prompts,
+           "voice": run_scenario.voice, "mix": run_scenario.mix, "timeout_s": run_scenario.timeout_s,
+           "spawn_rate": run_scenario.spawn_rate, "language": run_scenario.language,
+           "phases": {"count_s": count_s}, "steps": doc_steps}
+    head = (f"# window {block_id}: the run's scenario with the levels in this window's seeded order, the drain by "
+            f"position{f', {settle_s:g} s settle after a switch' if settle_s else ''}"
+            f"{'' if count else ', no count phase (no control file)'}\n")
+    out.write_text(head + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    load_scenario(str(out))
+    return out
+
+
+def window_seconds(scenario: Scenario, count: bool = True) -> float:
+    """Length of one window's load: every level's count, warm-up, measure and drain."""
+    return sum((s.count_s if count else 0.0) + s.warmup_s + s.measure_s + s.drain_s for s in scenario.steps)

@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadtest.client import GeventTransport, Outcome, run_request
-from loadtest.plan import git_revision
 from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_corpus, load_voice
+from loadtest.provenance import git_revision
 from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy

@@ -203,9 +203,9 @@ def listening_addresses(port: int) -> set[str]:
 @pytest.fixture
 def new_run(tmp_path, monkeypatch):
     """plan.new_run as `make ab` calls it (no git/docker/nvidia-smi probes), on the fast simulator profile."""
-    from loadtest import ab, plan
+    from loadtest import ab, plan, provenance
 
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)
 
     def make(*args):
         a = ab.parse_args(["--out", str(tmp_path), "--name", f"r{len(list(tmp_path.iterdir()))}", "--sim-config",

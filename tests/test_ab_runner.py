@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, intact_lines
 
-from loadtest import ab, plan, runner
+from loadtest import ab, provenance, runner, scenario
 from loadtest.scenario import load_scenario
 from loadtest.server_process import health
 from ttsrecords import records
@@ -29,7 +29,7 @@ HOT = ["--sim-config", "configs/sim/fast.yaml", "--levels", "4,8", "--count-s", 
 
 
 def test_effective_scenario_overrides(tmp_path):
-    out = plan.effective_scenario(ROOT / "configs/scenarios/demo.yaml", tmp_path / "s.yaml",
+    out = scenario.effective_scenario(ROOT / "configs/scenarios/demo.yaml", tmp_path / "s.yaml",
                                   {"measure_s": 2.5, "count_s": 0}, [8, 64], ["mix={short: 1}"], last_drain_s=3)
     sc = load_scenario(str(out))
     assert [s.concurrency for s in sc.steps] == [8, 64] and sc.steps[0].measure_s == 2.5
@@ -98,7 +98,7 @@ def test_interrupt_then_resume_against_the_simulator(tmp_path, monkeypatch):
         if b.get("server_url"):
             assert not health(b["server_url"], timeout_s=0.5)[0]
 
-    assert blocks[first]["code_fingerprint"] == man["code_fingerprint"] == plan.code_fingerprint()
+    assert blocks[first]["code_fingerprint"] == man["code_fingerprint"] == provenance.code_fingerprint()
     assert not any("code changed" in w for w in summary["warnings"])
 
     started_first = blocks[first]["started"]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from conftest import ROOT, listening_addresses
 
-from loadtest import ab, plan, runner
+from loadtest import ab, plan, provenance, runner, scenario
 from loadtest.scenario import load_scenario
 from loadtest.shape import Schedule
 from tools import browser
@@ -223,7 +223,7 @@ def test_the_committed_page_lists_every_committed_run_folder_of_reports():
 
 def _running(root: Path, monkeypatch) -> tuple[runner.Runner, dict]:
     """A planned run under root whose runner is at its first window (status running), as the runner leaves it."""
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)
     a = ab.parse_args(["--out", str(root), "--name", "ab-live", "--sim-config", "configs/sim/fast.yaml",
                        "--levels", "4,8", "--count-s", "1", "--rounds", "2", "--aa-rounds", "0", "--seed", "5"])
     run, manifest = plan.new_run(a)
@@ -231,7 +231,7 @@ def _running(root: Path, monkeypatch) -> tuple[runner.Runner, dict]:
     r.log.status = "running"
     r._save()
     w = r.plan[0]
-    scen = plan.window_scenario(r.scenario, w.order, root.parent / f"{root.name}-w.yaml", count=True)
+    scen = scenario.window_scenario(r.scenario, w.order, root.parent / f"{root.name}-w.yaml", count=True)
     r.schedule = Schedule(load_scenario(str(scen)), count=True)
     return r, w
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import LOCUST, ROOT, FakeServer, free_port, locust, write_scenario
 
-from loadtest.plan import effective_scenario
+from loadtest.scenario import effective_scenario
 from tools.sim_server import SimServer
 from ttsrecords.records import read_jsonl, read_requests
 

@@ -10,7 +10,7 @@ import pytest
 import synthetic_runs as sr
 from conftest import example_results
 
-from loadtest import ab, plan
+from loadtest import ab, plan, provenance
 from loadtest.runner import locust_cmd
 from loadtest.scraper import Scraper
 from loadtest.session import EdgeRunner
@@ -28,7 +28,7 @@ def _args(**kw):
 
 
 def _new_run(tmp_path, monkeypatch, **kw):
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)  # git, nvidia-smi: not in the unit tier
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)  # git, nvidia-smi: not in the unit tier
     a = _args(out=str(tmp_path), name="r", levels="1", **kw)
     return plan.new_run(a)
 

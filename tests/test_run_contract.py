@@ -18,7 +18,7 @@ import pytest
 import synthetic_runs as sr
 from conftest import ROOT
 
-from loadtest import ab, plan, runner
+from loadtest import ab, plan, provenance, runner
 from loadtest.experiment import ExperimentError, load_experiment
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
@@ -204,7 +204,7 @@ def test_analysis_settings_are_recorded_and_used(new_run, tmp_path, capsys):
 
 
 def test_an_experiment_file_pre_registers_the_analysis_and_the_sequential_rule(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)
     text = (ROOT / "configs/experiments/sim/mission-sim.yaml").read_text()
     f = tmp_path / "x.yaml"
     f.write_text(text.replace("design: {aa_rounds: 1, rounds: 2, seed: 1614}",

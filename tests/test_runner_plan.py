@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from conftest import ROOT
 
-from loadtest import ab, plan
+from loadtest import ab, plan, provenance, scenario
 from loadtest import experiment as ex
 from loadtest.design import aa_positions, level_order, make_plan
 from loadtest.scenario import load_scenario, parse_scenario
@@ -118,16 +118,16 @@ def test_window_scenario_keeps_each_levels_phases_and_the_drain_by_position(tmp_
     sc = parse_scenario({"phases": {"count_s": 2, "warmup_s": 3, "measure_s": 5, "drain_s": 0},
                          "steps": [{"concurrency": 8, "measure_s": 7}, 64, {"concurrency": 256, "drain_s": 9}]},
                         path="x.yaml")
-    out = plan.window_scenario(sc, [2, 0, 1], tmp_path / "w.yaml", count=True, settle_s=4)
+    out = scenario.window_scenario(sc, [2, 0, 1], tmp_path / "w.yaml", count=True, settle_s=4)
     w = load_scenario(out)
     assert [s.concurrency for s in w.steps] == [256, 8, 64]
     assert [s.drain_s for s in w.steps] == [0, 0, 9]  # the last level of the window has the run's last drain
     assert [s.measure_s for s in w.steps] == [5, 7, 5]  # the level keeps its own
     assert [s.warmup_s for s in w.steps] == [3 + 4, 3, 3]  # the settle after a switch lengthens the first warm-up
     assert all(s.count_s == 2 for s in w.steps)
-    none = load_scenario(plan.window_scenario(sc, [0, 1, 2], tmp_path / "n.yaml", count=False))
+    none = load_scenario(scenario.window_scenario(sc, [0, 1, 2], tmp_path / "n.yaml", count=False))
     assert all(s.count_s == 0 for s in none.steps)  # an arm without the plugin: no control file, no count phase
-    assert plan.window_seconds(sc) == 3 * 2 + 3 * 3 + 5 + 7 + 5 + 9 and plan.window_seconds(sc, False) == 35
+    assert scenario.window_seconds(sc) == 3 * 2 + 3 * 3 + 5 + 7 + 5 + 9 and scenario.window_seconds(sc, False) == 35
 
 
 def test_count_phase_needs_a_warmup_after_it():
@@ -229,7 +229,7 @@ def test_ready_timeout_pays_for_the_modelled_start_up():
 
 
 def test_new_run_writes_the_manifest_of_design_and_experiment(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)  # git, nvidia-smi: not in the unit tier
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)  # git, nvidia-smi: not in the unit tier
     monkeypatch.setenv("HF_TOKEN", "hf_secret_sentinel_1614")
     a = _args(experiment="configs/experiments/sim/mission-sim.yaml", design="swap", levels="8,64", out=str(tmp_path),
               name="r", count_s=1.0)
@@ -298,7 +298,7 @@ def test_a_known_answer_run_is_not_named_after_the_mission():
 
 def test_the_dry_run_header_says_what_this_run_would_do(capsys, monkeypatch):
     """Options over the experiment file: the header names the scenario, rounds and seed the plan lines use."""
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)
     assert ab.main(["--experiment", "configs/experiments/sim/mission-sim.yaml", "--scenario",
                     "configs/scenarios/smoke.yaml", "--rounds", "4", "--aa-rounds", "0", "--seed", "99",
                     "--dry-run"]) == 0

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from loadtest import ab, plan, runner
+from loadtest import ab, plan, provenance, runner
 from tts_predictor import metrics as m
 from ttsrecords import records
 from ttsrecords import runsettings as rs
@@ -213,7 +213,7 @@ def test_sequential_settings_are_read_from_the_manifest_the_runner_writes(tmp_pa
     (manifest["sequential"]: counts and errors, no max_rounds) must not hide them from the look."""
     from ttsreport.analysis import sequential_of
 
-    monkeypatch.setattr(plan, "_run_quiet", lambda cmd, timeout=5.0: None)
+    monkeypatch.setattr(provenance, "_run_quiet", lambda cmd, timeout=5.0: None)
     _, man = plan.new_run(ab.parse_args(["--out", str(tmp_path), "--name", "s", "--until-decided", "--max-rounds",
                                          "4", "--min-rounds", "2", "--aa-rounds", "0", "--levels", "8"]))
     want = {"min_rounds": 2, "max_rounds": 4, "min_units": 2, "max_units": 4, "alpha": 0.05, "margin_pct": 1.0}

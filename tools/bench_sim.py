@@ -24,8 +24,8 @@ import httpx
 import numpy as np
 import soundfile as sf
 
-from loadtest.plan import git_revision
 from loadtest.prompts import Voice, speech_payload
+from loadtest.provenance import git_revision
 from loadtest.scraper import samples
 from tools.sim_server import REPO, SimServer
 from tts_predictor import metrics as M

@@ -269,7 +269,7 @@ class BlockRecord:
     ended: str | None = None
     server_url: str | None = None
     failed_before: int = 0  # earlier failed attempts of this block (kept under attempts/)
-    code_fingerprint: str | None = None  # the suite's sources when its load started (loadtest.plan.code_fingerprint)
+    code_fingerprint: str | None = None  # the suite's sources when its load started (loadtest.provenance.code_fingerprint)
     timing: dict[str, float] = field(default_factory=dict)
     requests: dict[str, Any] | None = None  # request_outcomes() of the block, once its load ran
 
