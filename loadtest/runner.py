@@ -19,7 +19,6 @@ runner leaves a folder that says the truth.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -27,12 +26,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from loadtest import experiment as ex
 from loadtest import pinning
-from loadtest.backends import control_path, server_spec
 from loadtest.design import SWAPPED
 from loadtest.plan import (
     DONE,
@@ -41,22 +39,25 @@ from loadtest.plan import (
     arms_of,
     control_extra,
     experiment_for,
-    has_control,
 )
 from loadtest.provenance import code_fingerprint, utc
-from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
-from loadtest.readiness import confirm_ready, make_probe
 from loadtest.scenario import load_scenario, window_scenario, window_seconds
-from loadtest.server_process import ServerError, ServerProcess, stop_group
+from loadtest.server_process import ServerProcess, stop_group
 from loadtest.shape import PhaseHold, Schedule, epochs_per_window
+from loadtest.starts import Interrupted, Start, Starts
 from loadtest.telemetry import Nvml, Telemetry
 from loadtest.telemetry import describe as describe_telemetry
-from tts_predictor import metrics as pm
-from tts_predictor.control import write_control
+from loadtest.window_check import (
+    judge,
+    last_snapshot_rows,
+    locust_exceptions,
+    previous_failures,
+    spanning,
+    switch_record,
+)
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
 from ttsrecords.manifest import RUNNER_KEYS, ManifestError, read_manifest
-from ttsrecords.samples import rows_of, sample_key
 from ttsrecords.windows import (
     PlannedWindow,
     last_of_start,
@@ -70,79 +71,12 @@ LOOK_TIMEOUT_S = 600.0
 PROGRESS_EVERY_S = 2.0  # progress.json is replaced at most this often during a window's load
 
 
-class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived: stop the current window cleanly, keep everything written so far."""
-
-
 class BrokenStart(RuntimeError):
     """A window in which every request failed: its start is ended, the round reruns in a new one."""
 
 
 class PreparationFailed(RuntimeError):
     """An image or the model could not be prepared before the first start: nothing can run."""
-
-
-def previous_failures(meta_path: Path) -> int:
-    """How many attempts of this block failed so far (the one in meta_path included), from its block.json."""
-    try:
-        old = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return 0
-    return int(old.get("failed_before") or 0) + (old.get("status") == "failed")
-
-
-def locust_exceptions(bdir: Path) -> str | None:
-    """Exceptions raised inside Locust's users (a bug of the locustfile, not a failed request), from its CSV."""
-    path = bdir / "locust_exceptions.csv"
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError:
-        return None
-    if not rows:
-        return None
-    n = sum(int(r.get("Count") or 1) for r in rows)
-    first = (rows[0].get("Message") or "").strip().splitlines()[0][:200] if rows[0].get("Message") else "?"
-    return f"Locust users raised {n} exception(s), e.g. {first} (see locust_exceptions.csv)"
-
-
-def judge(variant: str | None, bdir: Path) -> tuple[dict, str | None]:
-    """A finished window's request outcomes and, if it is invalid, why (ttsrecords.records decides)."""
-    requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
-    counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
-    outcomes = rec.request_outcomes(requests)
-    return outcomes, rec.load_verdict(variant, outcomes, counters)
-
-
-def last_snapshot_rows(counters: list[dict]) -> list:
-    """The (name, labels, value) rows of the window's last good snapshot (the arm's evidence check reads them)."""
-    snaps = [c for c in counters if c.get("kind") == "snapshot" and c.get("ok")]
-    return rows_of(max(snaps, key=lambda c: c["t"])["samples"]) if snaps else []
-
-
-def switch_record(counters: list[dict], block_id: str) -> dict | None:
-    """The window's hot-swap switch: its first control write (t, variant, epoch) and confirmed_t, the time of the
-    first snapshot after it in which the server shows that epoch with that variant active (None: never shown)."""
-    writes = [c for c in counters if c.get("kind") == "control"]
-    if not writes:
-        return None
-    w = min(writes, key=lambda c: c["t"])
-    active = sample_key(pm.ACTIVE_VARIANT, {"variant": w["variant"]})
-    shown = [c["t"] for c in counters if c.get("kind") == "snapshot" and c.get("ok") and c["t"] >= w["t"]
-             and (c["samples"].get(pm.CONTROL_EPOCH) or -1) >= w["epoch"] and c["samples"].get(active) == 1]
-    return {"t": w["t"], "variant": w["variant"], "epoch": w["epoch"], "confirmed_t": min(shown) if shown else None,
-            "block_id": block_id}
-
-
-def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
-    """Requests whose run overlapped a switch (from its write to its confirmation): all, and in a measure phase. Each
-    window is its own Locust run and switches at its first count phase, so a measured request never should."""
-    def overlaps(r: dict) -> bool:
-        end = r["t_start"] + (r.get("e2e_s") or 0.0)
-        return any(r["t_start"] < (s.get("confirmed_t") or s["t"]) and end > s["t"] for s in switches)
-
-    hits = [r for r in requests if overlaps(r)]
-    return {"total": len(hits), "measure": sum(r.get("phase") == "measure" for r in hits)}
 
 
 def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, epoch: int | None,
@@ -180,24 +114,6 @@ def last_look(run: Path) -> dict | None:
     return rows[-1] if rows else None
 
 
-@dataclass
-class Start:
-    """The server start in use: its record, folder, process, control file and where its epochs stand."""
-
-    planned: int
-    record: rec.StartRecord
-    dir: Path
-    server: ServerProcess
-    url: str
-    control: Path | None
-    variant: str | None  # what the control file names now
-    spec: str | None = None  # whose settings it names now (the arm; in a known-answer run the variants are the same)
-    next_epoch: int = 1
-
-    def save(self) -> None:
-        rec.write_json(self.dir / "start.json", self.record.to_dict())
-
-
 class Runner:
     def __init__(self, run_dir: Path, manifest: dict, progress=print, exp: ex.Experiment | None = None):
         self.run = run_dir
@@ -218,12 +134,11 @@ class Runner:
         self.scenario = load_scenario(str(run_dir / "scenario.yaml"))
         self.window_s = window_seconds(self.scenario)
         self.overhead_s = 10.0  # Locust start + shutdown (+ a server start); refined as windows finish
-        self.active: Start | None = None
+        self.starts = Starts(run_dir, self.exp, self.arms, self.s["ready_timeout_s"], self._sleep, self.procs)
         self.nvml: Nvml | None | bool = None  # opened once per run (False: NVML did not initialise)
         self.schedule: Schedule | None = None  # the current window's load schedule (its level and phase by time)
         self.rounds_done = 0  # rounds whose windows are all done, counted when a window begins or ends
         self._progress_t = 0.0
-        self.probe = None  # readiness.Probe: the request that proves a start ready (made once)
 
     # --- signals ------------------------------------------------------------------------------------------
 
@@ -293,11 +208,6 @@ class Runner:
 
     # --- server starts --------------------------------------------------------------------------------------
 
-    def _next_start_id(self) -> int:
-        folder = self.run / "starts"
-        ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-        return max(ids, default=-1) + 1
-
     def _control_extra(self, w: PlannedWindow) -> dict:
         """What a window's control writes carry beyond variant, observe and epoch (plan.control_extra): its arm's
         positive-control delay, and its simulator settings in designs that share a start between the arms (so a
@@ -307,73 +217,6 @@ class Runner:
     def _start_arm(self, w: PlannedWindow) -> str:
         """The arm whose server a window's start runs: arm A's for a start shared by both arms (hot swap)."""
         return "A" if self.design["name"] in SWAPPED else w.spec
-
-    def ensure_start(self, w: PlannedWindow, meta: rec.BlockRecord) -> Start:
-        """The window's planned server start, running: the one in use, or a new one (the old one stopped first)."""
-        a = self.active
-        if a is not None and a.planned == w.start and a.server.alive():
-            return a
-        meta.timing["ready_s"] = None  # this window launches a start: its cost lands here (as in design fresh)
-        if a is not None:
-            self.stop_start()
-        n = self._next_start_id()
-        meta.start = n
-        sdir = self.run / "starts" / f"{n:03d}"
-        sdir.mkdir(parents=True)
-        side = self._start_arm(w)
-        arm = self.arms[side]
-        control = control_path(sdir) if has_control(arm) else None
-        record = rec.StartRecord(start=n, arm=side, started=utc(), reason="start in progress (runner stopped)")
-        rec.write_json(sdir / "start.json", record.to_dict())
-        if control is not None:  # no count phase: the observer stays on, the version-1 way (timing windows see it)
-            write_control(control, w.variant, observe=self.scenario.steps[0].count_s <= 0, epoch=0,
-                          **self._control_extra(w))
-        server = ServerProcess(server_spec(self.exp, arm, sdir, control is not None), sdir / "server.log").start()
-        self.procs.append(server.proc)
-        t0 = time.monotonic()
-        try:
-            url = server.wait_ready(self.s["ready_timeout_s"], sleep=self._sleep)
-            if self.probe is None:
-                self.probe = make_probe(self.exp.model, self.exp.request)
-            # the stages' line and one request get at least a request's time even after a start that used up
-            # nearly all of the ready timeout
-            left = max(READY_REQUEST_S, self.s["ready_timeout_s"] - (time.monotonic() - t0))
-            record.ready_check = confirm_ready(server, self.probe, left, sleep=self._sleep)
-        except Interrupted:
-            record.status, record.reason = "interrupted", "SIGINT/SIGTERM while the server started"
-            self._end_start(server, record, sdir)
-            raise
-        except (ServerError, OSError, ValueError) as e:
-            record.status, record.reason = "failed", str(e)
-            record.ready_s = None
-            self._end_start(server, record, sdir)
-            raise RuntimeError(str(e)) from None
-        record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
-        record.status, record.reason = "ready", None
-        record.compile_cache = ex.compile_cache_state(server.log_tail(200_000))
-        self.active = Start(w.start, record, sdir, server, url, control, w.variant if control else None,
-                            w.spec if control else None)
-        self.active.save()
-        return self.active
-
-    def _end_start(self, server: ServerProcess, record: rec.StartRecord, sdir: Path) -> None:
-        t = time.monotonic()
-        server.stop()
-        record.stop_s = round(time.monotonic() - t, 2)
-        record.ended = utc()
-        rec.write_json(sdir / "start.json", record.to_dict())
-
-    def stop_start(self, status: str = "stopped", reason: str | None = None) -> float | None:
-        """Stop the start in use: status "stopped" after its windows, "failed" when it died, "interrupted". Returns
-        the stop's seconds (None: no start was in use)."""
-        a, self.active = self.active, None
-        if a is None:
-            return None
-        if not a.server.alive() and status == "stopped":
-            status, reason = "failed", reason or f"server exited with code {a.server.proc.returncode} (see server.log)"
-        a.record.status, a.record.reason = status, reason
-        self._end_start(a.server, a.record, a.dir)
-        return a.record.stop_s
 
     # --- one window ----------------------------------------------------------------------------------------
 
@@ -407,7 +250,9 @@ class Runner:
         self.rounds_done = self._rounds_done()
         self.write_progress("starting", i, w)
         try:
-            st = self.ensure_start(w, meta)
+            st = self.starts.ensure(w.start, self._start_arm(w), w.variant, w.spec,
+                                    observe=self.scenario.steps[0].count_s <= 0, extra=self._control_extra(w),
+                                    meta=meta)
             meta.start, meta.server_url = st.record.start, st.url
             st.record.windows.append(w.block_id)
             st.save()
@@ -450,19 +295,19 @@ class Runner:
             raise
         except (RuntimeError, OSError, ValueError) as e:
             meta.status, meta.reason = "failed", str(e)
-            if isinstance(e, BrokenStart) and self.active is not None:
-                meta.timing["stop_s"] = self.stop_start("failed", f"window {w.block_id}: {e}")
+            if isinstance(e, BrokenStart) and self.starts.active is not None:
+                meta.timing["stop_s"] = self.starts.stop("failed", f"window {w.block_id}: {e}")
             elif st is not None and not st.server.alive():
-                meta.timing["stop_s"] = self.stop_start("failed", f"server died during window {w.block_id} "
+                meta.timing["stop_s"] = self.starts.stop("failed", f"server died during window {w.block_id} "
                                                                   f"(exit {st.server.proc.returncode}; see server.log)")
         finally:
             if tele is not None:
                 tele.stop()
             stop_group(locust, signal.SIGINT, LOCUST_STOP_S)
             if meta.status == "interrupted":
-                meta.timing["stop_s"] = self.stop_start("interrupted", "SIGINT/SIGTERM during a window")
-            elif self.active is not None and self.active.planned == w.start and last_of_start(self.plan, w):
-                meta.timing["stop_s"] = self.stop_start()  # this window's start ends here: its stop lands here
+                meta.timing["stop_s"] = self.starts.stop("interrupted", "SIGINT/SIGTERM during a window")
+            elif self.starts.active is not None and self.starts.active.planned == w.start and last_of_start(self.plan, w):
+                meta.timing["stop_s"] = self.starts.stop()  # this window's start ends here: its stop lands here
             meta.timing = {k: v for k, v in meta.timing.items() if v is not None}
             meta.timing["total_s"] = round(time.monotonic() - t0, 2)
             meta.ended = utc()
@@ -721,7 +566,7 @@ class Runner:
             self.log.status, self.log.reason = "failed", str(e)
             print(f"error: {e}", file=sys.stderr, flush=True)
         finally:
-            self.stop_start("interrupted" if self.log.status == "interrupted" else "stopped",
+            self.starts.stop("interrupted" if self.log.status == "interrupted" else "stopped",
                             "SIGINT/SIGTERM" if self.log.status == "interrupted" else None)
             for p in self.procs:
                 stop_group(p)

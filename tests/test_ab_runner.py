@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, intact_lines
 
-from loadtest import ab, provenance, runner, scenario
+from loadtest import ab, provenance, runner, scenario, window_check
 from loadtest.scenario import load_scenario
 from loadtest.server_process import health
 from ttsrecords import records
@@ -274,12 +274,12 @@ def test_request_outcomes_and_verdict(tmp_path):
         [("warmup", False, "connect: ConnectionRefusedError")] * 3
     (bdir / "requests.jsonl").write_text(
         "".join(json.dumps({"phase": ph, "ok": ok, "error": err}) + "\n" for ph, ok, err in rows) + '{"pha')
-    o, why = runner.judge("original", bdir)
+    o, why = window_check.judge("original", bdir)
     assert (o["measure"], o["measure_failed"], o["other"], o["other_failed"]) == (80, 12, 3, 3)
     assert o["measure_errors"] == {"http 503": 10, "stream broken": 2}
     assert records.request_verdict(o) is None  # failed requests are data: the error rate has its own verdict
     assert why.startswith("manipulation check failed")  # no counters were written: the variant cannot be verified
-    assert runner.judge(None, bdir)[1] is None  # an arm without the plugin: its evidence check decides
+    assert window_check.judge(None, bdir)[1] is None  # an arm without the plugin: its evidence check decides
 
 
 def test_demo_settings_live_in_the_config_files():

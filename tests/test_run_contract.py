@@ -22,7 +22,7 @@ from loadtest import ab, plan, provenance, runner
 from loadtest.experiment import ExperimentError, load_experiment
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
-from ttsrecords.windows import plan_from_list
+from ttsrecords.windows import manifest_windows, plan_from_list, starts_of
 from ttsreport import __main__ as cli
 from ttsreport import inference as inf
 from ttsreport import prediction
@@ -341,7 +341,8 @@ def test_nested_until_decided_stops_at_the_right_look(tmp_path):
     assert all((x["min_units"], x["max_units"]) == (2, 3) for x in looks)
     stop_at = next(i for i, x in enumerate(looks) if x["stop"])
     assert stop_at == len(looks) - 1  # the run stopped at the first look that said stop
-    assert len(json.loads((run / "manifest.json").read_text())["starts"]) == len(looks)
+    assert len(starts_of(manifest_windows(man))) == len(looks) == len(list(run.glob("starts/*/start.json")))
+    assert len(man["starts"]) == 3  # the planned starts stay as planned
     from ttsreport.analysis import unit_log_ratios  # replay the rule on the stored units
     from ttsreport.blocks import block_summary, load_run
     from ttsreport.rounds import paired_rounds

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from loadtest import ab, plan, provenance, runner
+from loadtest import ab, plan, provenance, runner, window_check
 from tts_predictor import metrics as m
 from ttsrecords import records
 from ttsrecords import runsettings as rs
@@ -161,11 +161,11 @@ def test_switch_confirmed_from_the_first_snapshot_that_shows_it():
                 _snap(10.2, 4, "original"), _snap(10.4, 5, "fixed", ok=False), _snap(10.5, 5, "fixed"),
                 {"kind": "control", "t": 11.0, "variant": "fixed", "epoch": 6, "observe": False, "phase": "warmup"},
                 _snap(11.5, 6, "fixed")]
-    sw = runner.switch_record(counters, "b1")
+    sw = window_check.switch_record(counters, "b1")
     assert sw == {"t": 10.0, "variant": "fixed", "epoch": 5, "confirmed_t": 10.5, "block_id": "b1"}
-    assert runner.switch_record(counters[:3], "b1")["confirmed_t"] is None
-    assert runner.switch_record([_snap(1, 0, "original")], "b1") is None
-    rows = runner.last_snapshot_rows(counters)
+    assert window_check.switch_record(counters[:3], "b1")["confirmed_t"] is None
+    assert window_check.switch_record([_snap(1, 0, "original")], "b1") is None
+    rows = window_check.last_snapshot_rows(counters)
     assert (m.CONTROL_EPOCH, {}, 6.0) in rows and (m.CALLS, {"variant": "fixed"}, 30.0) in rows
 
 
@@ -175,9 +175,9 @@ def test_requests_that_span_a_switch_are_counted():
             {"t_start": 10.4, "e2e_s": None, "phase": "count"},  # failed at once, inside it
             {"t_start": 10.6, "e2e_s": 3.0, "phase": "measure"},  # after it
             {"t_start": 5.0, "e2e_s": 4.0, "phase": "warmup"}]  # before it
-    assert runner.spanning(reqs, sw) == {"total": 2, "measure": 0}
-    assert runner.spanning([{"t_start": 9.9, "e2e_s": 1.0, "phase": "measure"}], sw) == {"total": 1, "measure": 1}
-    assert runner.spanning(reqs, []) == {"total": 0, "measure": 0}
+    assert window_check.spanning(reqs, sw) == {"total": 2, "measure": 0}
+    assert window_check.spanning([{"t_start": 9.9, "e2e_s": 1.0, "phase": "measure"}], sw) == {"total": 1, "measure": 1}
+    assert window_check.spanning(reqs, []) == {"total": 0, "measure": 0}
 
 
 def test_locust_command_of_a_window(tmp_path):
