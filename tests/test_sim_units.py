@@ -13,6 +13,7 @@ from tts_predictor.metrics import syncs_per_step
 from ttssim.audio import Voice
 from ttssim.config import AudioConfig, ModelConfig, SimConfig, load_config
 from ttssim.model import (
+    Code2WavDecoder,
     call_shapes,
     chunk_due,
     code2wav_delay_s,
@@ -89,7 +90,7 @@ def test_predict_total_equals_sum_of_step_targets():
 
 def test_ci_profile_ttfa_closed_form_matches_the_virtual_engine_and_the_public_c1_number():
     """The CI profile's lone-request TTFA: the closed form, the virtual engine's replay and the public c=1 TTFP
-    (141 ms, vllm-omni CI) within the fidelity the profile states (the fit leaves c=1 TTFP about +25 %)."""
+    (141 ms, vllm-omni CI) within the fidelity the profile states (the fit leaves c=1 TTFP about +16 %)."""
     from ttssim import virtual
 
     cfg = load_config(REPO / "configs/sim/h100-1.7b-ci.yaml")
@@ -153,3 +154,30 @@ def test_hot_settings_apply_known_answer_delays_and_refuse_the_rest():
     with pytest.raises(ValueError, match="must not be negative"):
         apply_hot(cfg, {"model.extra_step_ms": -1})
     assert setting_key("model.extra_step_pct=2") == "model.extra_step_pct"
+
+
+def test_code2wav_decoder_takes_one_chunk_at_a_time_in_hand_over_order():
+    """First-chunk decodes 100 ms, later ones 10 ms: two first chunks handed over together leave 100 ms apart, a
+    later chunk waits behind them, and an idle decoder starts at the hand-over."""
+    m = dataclasses.replace(ModelConfig(), code2wav_decode_first_ms=100.0, code2wav_decode_ms=10.0)
+    d = Code2WavDecoder(m)
+    assert [d.pcm_at(0.0, True), d.pcm_at(0.0, True)] == pytest.approx([0.1, 0.2])
+    assert d.pcm_at(0.05, False) == pytest.approx(0.21)
+    assert d.pcm_at(1.0, False) == pytest.approx(1.01)
+    plain = Code2WavDecoder(ModelConfig())  # no decode times: no queue, the PCM leaves at its hand-over
+    assert not plain.queues and [plain.pcm_at(0.3, True), plain.pcm_at(0.1, True)] == [0.3, 0.1]
+
+
+def test_first_audio_queues_behind_the_decoder_in_the_virtual_engine():
+    """Four requests sent together, one frame to the first chunk: their first audio leaves one first-chunk decode
+    apart (the decoder is the busy stage), while without the decoder they all arrive together."""
+    from ttssim import virtual
+
+    base = load_config(None, ["model.max_batch_size=8", "model.code2wav_chunk_ms=0", "audio.initial_chunk_frames=1"])
+    queued = dataclasses.replace(base, model=dataclasses.replace(base.model, code2wav_decode_first_ms=200.0))
+    load = virtual.Workload(4, 4, (40,))
+    free = sorted(o.ttfa_s for o in virtual.run(base, load, "vectorized").outcomes)
+    waits = sorted(o.ttfa_s for o in virtual.run(queued, load, "vectorized").outcomes)
+    assert max(free) - min(free) == pytest.approx(0.0, abs=1e-9)
+    assert np.diff(waits) == pytest.approx([0.2, 0.2, 0.2])
+    assert waits[0] == pytest.approx(free[0] + 0.2)

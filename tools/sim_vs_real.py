@@ -154,7 +154,9 @@ def markdown(res: dict, host_load: str) -> str:
               f"14th of 15 requests).",
               f"- `code2wav_chunk_ms` (`--ttfa`) is not identified here: {c2w[0]:.0f} +- {c2w[1]:.0f} ms (the first "
               f"audio is 25 talker steps after the request, and c=1 and c=4 pull the p50 apart); a value of 0 or "
-              f"the default 151.5 ms moves no held-out residual past 12 %.",
+              f"151.5 ms (the public profiles' value when this was fitted) moves no held-out residual past 12 %. The "
+              f"profile has no code2wav decoder queue (`code2wav_decode_first_ms` / `code2wav_decode_ms` 0): at "
+              f"these levels the CPU's code2wav shows up in the step's per-request slope instead.",
               "- Throughput (req/s, audio s/s) is c / mean E2E on both sides (Little's law for a closed loop without "
               "think time), so a window's edges do not enter the rate.",
               "- The measurement ran on a shared box (host load in the header): the c=8 step was about 5 % slower "

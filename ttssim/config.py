@@ -22,11 +22,15 @@ class ModelConfig:
     max_batch_size: int = 256
     max_waiting: int = 1024
     max_prefills_per_step: int = 16
-    base_ms: float = 64.8
-    per_request_ms: float = 0.818
+    base_ms: float = 58.15
+    per_request_ms: float = 1.125
     prefill_ms: float = 10.0
-    code2wav_chunk_ms: float = 151.5
+    code2wav_chunk_ms: float = 140.7
     code2wav_per_request_ms: float = 0.0
+    # one code2wav decoder that takes chunks one at a time (ttssim.model.Code2WavDecoder): decode time of a request's
+    # first chunk and of every later one; both 0: no decoder queue, code2wav is the plain delay above
+    code2wav_decode_first_ms: float = 0.0
+    code2wav_decode_ms: float = 0.0
     stall_us_per_sync: float = 15.0
     extra_step_ms: float = 0.0
     extra_step_pct: float = 0.0

@@ -6,7 +6,8 @@ the step's modelled end (ttssim.model). Steps run on a deadline clock: a step th
 next one from its logical deadline, so sleep granularity does not accumulate into the mean step time; a step later
 than `CATCH_UP_S` resets the clock and is counted as late. Frames are produced at the end of a step (its logical
 deadline); after `initial_chunk_frames`, then every `chunk_frames` frames (and at the end) a PCM chunk reaches the
-request ttssim.model.code2wav_delay_s after that deadline. Three things keep deliveries on the model's time while the
+request ttssim.model.code2wav_delay_s after that deadline (then through the profile's code2wav decoder queue, if it
+has one: ttssim.model.Code2WavDecoder). Three things keep deliveries on the model's time while the
 loop also runs real work: they are scheduled at the absolute deadline + code2wav (not relative to a late wake-up or to
 the PCM synthesis), every step first yields once so that handlers woken by a delivery write before the variant calls
 hold the loop, and the sampled sync-observer call is put off by a step when a delivery falls due inside it.
@@ -146,6 +147,7 @@ class Engine:
         self.registry = registry
         self.metrics = EngineMetrics(registry, variant)
         self.noise = sim_model.StepNoise(m)
+        self.decoder = sim_model.Code2WavDecoder(m)
         self.clock = StepClock(self.metrics.step_clock)  # fed at each step's end with its first call's time
         self._step_t0 = 0.0
         if control is not None:
@@ -388,7 +390,6 @@ class Engine:
     def _produce(self, loop: asyncio.AbstractEventLoop, step_end: float, batch: int) -> None:
         """One frame for every running request; hand out chunks at step_end + code2wav; retire finished requests."""
         delay = sim_model.code2wav_delay_s(self.cfg.model, batch)
-        at = step_end + delay
         still = []
         produced = 0
         for r in self.running:
@@ -398,8 +399,9 @@ class Engine:
             produced += 1
             done = r.frames_done >= r.total_frames
             if sim_model.chunk_due(r.frames_done, r.frames_sent, r.total_frames, self.cfg.audio):
+                at = self.decoder.pcm_at(step_end + delay, r.frames_sent == 0)
                 if r.frames_sent == 0:
-                    self.metrics.ttfa_model.observe(r.model_s + delay)
+                    self.metrics.ttfa_model.observe(r.model_s + at - step_end)
                 pcm = self.voice.pcm(r.rows[r.frames_sent:r.frames_done])
                 r.frames_sent = r.frames_done
                 loop.call_at(at, _deliver, r.out, pcm, done)

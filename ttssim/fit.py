@@ -153,13 +153,16 @@ def with_params(cfg: SimConfig, names: Sequence[str], values: Sequence[float]) -
 
 
 # --- the public fits --------------------------------------------------------------------------------------------
-# prefill_ms and code2wav_chunk_ms only meet in TTFP (collinear): prefill_ms is set in the profile, code2wav fitted;
-# code2wav_per_request_ms fitted to zero (no support in the data) and is left out.
-CI_PARAMS = ("base_ms", "per_request_ms", "code2wav_chunk_ms")
+# The CI's structure (docs/simulator.md): the talker admits up to 64 requests and code2wav is one decoder that takes
+# chunks one at a time (the 0.24.0 high-concurrency deploy profile); its first-chunk and later-chunk decode times are
+# fitted, the plain code2wav delay is 0 (collinear with the first-chunk decode on an idle decoder). prefill_ms only
+# meets them in TTFP: it is set in the profile.
+CI_PARAMS = ("base_ms", "per_request_ms", "code2wav_decode_first_ms", "code2wav_decode_ms")
+CI_TALKER_MAX_SEQS = 64  # talker max_num_seqs of the high-concurrency deploy profile [0.24]
 SEED_PARAMS = ("base_ms", "frames")
 
 
-def fit_ci(cfg: SimConfig, x0: Sequence[float] = (8.0, 1.0, 60.0),
+def fit_ci(cfg: SimConfig, x0: Sequence[float] = (10.0, 1.0, 120.0, 20.0),
            points: Sequence[public.Point] = public.CI_POINTS) -> tuple[FitResult, list]:
     """The CI setup's step and code2wav parameters from its points (default: the public ones)."""
     pts = [p for p in points if p.fit]
@@ -207,6 +210,13 @@ def interval(fit: FitResult, f: Callable[[Sequence[float]], float], z: float = 1
     return est, est - z * sd, est + z * sd
 
 
+# The p50 of a closed loop over a fixed set of request lengths moves in jumps as the parameters move (requests change
+# places around the median): the effect's gradient is a secant over +-10 % of each parameter (about one sd of the
+# public fits), not a tangent that a jump inside +-2 % can blow up (seen: -7.6 .. +2.1 % where the secant says
+# -3.4 .. -2.1 %).
+EFFECT_SECANT = 0.10
+
+
 def effect_interval(fit: FitResult, cfg: SimConfig, concurrency: int, frames: Sequence[int], a: str = "original",
                     b: str = "fixed", requests: int | None = None, z: float = 1.96) -> tuple[float, float, float]:
     """Predicted % difference of p50 E2E latency, b vs a, at one closed-loop level, with its interval from the
@@ -220,7 +230,7 @@ def effect_interval(fit: FitResult, cfg: SimConfig, concurrency: int, frames: Se
         eb = level_metrics(c, load, b)["e2e_p50"]
         return 100.0 * (eb / ea - 1.0)
 
-    return interval(fit, f, z)
+    return interval(fit, f, z, rel_step=EFFECT_SECANT)
 
 
 def load_fit(config_path: str | Path) -> dict | None:
@@ -548,8 +558,9 @@ def fidelity_line(points: Sequence[public.Point], preds: Sequence[float], what: 
 
 def public_fits() -> dict:
     """Fit both public setups; returns everything the profiles and the fidelity benchmark need."""
-    ci_base = load_config(None, ["model.max_batch_size=10", "model.max_waiting=1024", "model.max_prefills_per_step=16",
-                                 f"model.prefill_ms={PREFILL_MS}", "audio.initial_chunk_frames=1"])
+    ci_base = load_config(None, [f"model.max_batch_size={CI_TALKER_MAX_SEQS}", "model.max_waiting=1024",
+                                 "model.max_prefills_per_step=16", f"model.prefill_ms={PREFILL_MS}",
+                                 "model.code2wav_chunk_ms=0", "audio.initial_chunk_frames=1"])
     ci, ci_pts = fit_ci(ci_base)
     ci_cfg = with_params(ci_base, ci.names, ci.values)
     all_ci = list(public.CI_POINTS)
@@ -584,15 +595,23 @@ def write_profiles(f: dict) -> list[Path]:
     base = round(seed.values[0], 2)
     per = round(ci.values[1], 3)
     c2w = round(ci.values[2], 1)
-    common = f"""  prefill_ms: {PREFILL_MS}           # per admitted request; set (TTFP cannot split it from code2wav) [docs/simulator.md]
-  code2wav_chunk_ms: {c2w}      # fit to CI TTFP, +- {ci_sd[2]:.0f} ms (code2wav of the ref-context chunk + connector poll)
+    prefill = f"""  prefill_ms: {PREFILL_MS}           # per admitted request; set (TTFP cannot split it from code2wav) [docs/simulator.md]
+"""
+    plain_c2w = f"""  code2wav_chunk_ms: {c2w}      # the CI fit's first-chunk decode on an idle decoder, +- {ci_sd[2]:.0f} ms (ref-context chunk)
   code2wav_per_request_ms: 0.0  # no support in the public data (fit -> 0)
-  stall_us_per_sync: 15.0      # CPU only: [H100] minus [CPU] micro per sync (13.5-18 us), docs/simulator.md
+"""
+    ci_c2w = f"""  code2wav_chunk_ms: 0.0       # no delay outside the decoder queue (collinear with the first-chunk decode)
+  code2wav_per_request_ms: 0.0
+  code2wav_decode_first_ms: {c2w}  # one decoder, a chunk at a time [0.24]: first chunk, fit to [CI], +- {ci_sd[2]:.0f} ms
+  code2wav_decode_ms: {round(ci.values[3], 1)}     # every later chunk, fit to [CI], +- {ci_sd[3]:.0f} ms
+"""
+    rest = """  stall_us_per_sync: 15.0      # CPU only: [H100] minus [CPU] micro per sync (13.5-18 us), docs/simulator.md
   extra_step_ms: 0.0           # injected known delay per step (known-answer tests of the statistics)
   extra_step_pct: 0.0          # injected relative delay per step, % of the step
   block_size: 16               # KV block size on CUDA [0.16]
   max_seq_len: 16              # code predictor sequence: 16 codebook groups -> blocks_per_seq 1
 """
+    common = prefill + plain_c2w + rest
     audio_016 = """audio:
   chunk_frames: 25             # codec_chunk_frames [0.16]
   initial_chunk_frames: 25     # 0.16.0 has no initial_codec_chunk_frames: the first chunk is a full one [0.16]
@@ -608,8 +627,9 @@ def write_profiles(f: dict) -> list[Path]:
 # for real. Sources: [CI] vllm-omni tests/dfx/perf/tests/test_tts.json + PRs #4289/#4521/#5231 (7-day averages);
 # [SEED] vllm-omni PR #1614 E2E run; [4855] vllm-omni issue #4855; [H100]/[CPU] seed function benchmarks (PR #1614);
 # [0.16] vllm-omni 0.16.0 wheel (stage_configs/qwen3_tts.yaml, serving_speech.py); [0.22] 0.22.0/0.24.0 wheels
-# (deploy/qwen3_tts.yaml). Step = base_ms + per_request_ms x batch + prefill_ms x admitted + variant host time
-# (+ stall_us_per_sync x syncs on CPU). Fit uncertainty (1 sd) beside each fitted number; covariance in
+# (deploy/qwen3_tts.yaml); [0.24] 0.24.0 wheel (deploy/qwen3_tts_high_concurrency.yaml).
+# Step = base_ms + per_request_ms x batch + prefill_ms x admitted + variant host time (+ stall_us_per_sync x syncs
+# on CPU). Fit uncertainty (1 sd) beside each fitted number; covariance in
 # <this file>.fit.json.
 """
     default = head + f"""# PROFILE default: the mission's setup -- Qwen3-TTS-12Hz-0.6B-Base on vllm-omni 0.16.0 with a batch limit that
@@ -658,17 +678,19 @@ model:
   min_frames: 13
 """
     ci_profile = head + f"""# PROFILE h100-1.7b-ci: the vllm-omni CI's Qwen3-TTS benchmark [CI] -- 1.7B-Base on 2x H100 (code2wav on the
-# second GPU), vllm-omni main of June-July 2026 with its default deploy config [0.22]. The CI code no longer has
-# build_attn_metadata (#1617): run this profile with --variant vectorized (near-constant predictor host cost).
+# second GPU), vllm-omni main of June-July 2026. Structure of the high-concurrency deploy profile [0.24] (talker on
+# GPU 0 with max_num_seqs 64, code2wav on GPU 1 decoding one chunk at a time): the public numbers fit it and not the
+# default profile's 10-request FIFO (docs/simulator.md). The CI code no longer has build_attn_metadata (#1617): run
+# this profile with --variant vectorized (near-constant predictor host cost).
 # Fidelity: {ci_line}.
 model:
   name: Qwen/Qwen3-TTS-12Hz-1.7B-Base
-  max_batch_size: 10           # max_num_seqs 10 (talker and code2wav) [0.22]
+  max_batch_size: {CI_TALKER_MAX_SEQS}           # talker max_num_seqs 64 [0.24 qwen3_tts_high_concurrency.yaml]
   max_waiting: 1024
   max_prefills_per_step: 16
   base_ms: {round(ci.values[0], 2)}            # fit to [CI] + [4855], +- {ci_sd[0]:.1f} ms
   per_request_ms: {per}        # fit to [CI] + [4855], +- {ci_sd[1]:.2f} ms
-{common}audio:
+{prefill}{ci_c2w}{rest}audio:
   chunk_frames: 25             # codec_chunk_frames 25 [0.22]
   initial_chunk_frames: 1      # initial_codec_chunk_frames 1: first packet after one frame [0.22]
   frames_per_char: 0.833

@@ -79,6 +79,30 @@ def code2wav_delay_s(cfg: ModelConfig, batch: int) -> float:
     return (cfg.code2wav_chunk_ms + cfg.code2wav_per_request_ms * batch) * 1e-3
 
 
+class Code2WavDecoder:
+    """vllm-omni's code2wav stage as one decoder that takes chunks one at a time, first come first served (the
+    0.24.0 high-concurrency deploy profile's `decode_batch_max_size: 1`, code2wav on its own GPU): a chunk's PCM
+    leaves its decode time after the later of its hand-over and the previous chunk's PCM, so first audio queues
+    behind every chunk handed over before it once the decoder is the busy stage. With both decode times 0 it is no
+    queue at all: the PCM leaves at its hand-over (code2wav_delay_s alone, the model of the older profiles)."""
+
+    def __init__(self, cfg: ModelConfig):
+        self.first_s = cfg.code2wav_decode_first_ms * 1e-3
+        self.next_s = cfg.code2wav_decode_ms * 1e-3
+        self.free_at = -math.inf
+
+    @property
+    def queues(self) -> bool:
+        return self.first_s > 0.0 or self.next_s > 0.0
+
+    def pcm_at(self, handed_over_s: float, first_chunk: bool) -> float:
+        """When the PCM of a chunk handed over at `handed_over_s` leaves (calls must come in hand-over order)."""
+        if not self.queues:
+            return handed_over_s
+        self.free_at = max(handed_over_s, self.free_at) + (self.first_s if first_chunk else self.next_s)
+        return self.free_at
+
+
 def chunk_due(frames_done: int, frames_sent: int, total_frames: int, audio: AudioConfig) -> bool:
     """A chunk leaves when the request is finished, after `initial_chunk_frames` for the first chunk, and after
     `chunk_frames` more for every later one (vllm-omni's initial_codec_chunk_frames / codec_chunk_frames)."""
@@ -121,11 +145,12 @@ def predict_ttfa_s(cfg: ModelConfig, chunk_frames: int, variant: str, variant_st
     """Time to first audio for a lone request on an idle engine.
 
     The first step carries its prefill; the first chunk exists after `chunk_frames` steps (the config's
-    initial_chunk_frames) and reaches the client code2wav_delay_s(batch 1) later. HTTP overhead is not modelled.
+    initial_chunk_frames) and reaches the client code2wav_delay_s(batch 1) plus the idle decoder's first-chunk decode
+    (Code2WavDecoder) later. HTTP overhead is not modelled.
     """
     shapes = call_shapes()
     tokens = sum(q for q, _ in shapes)
     syncs = expected_syncs(variant, len(shapes), tokens)
     first = step_target_s(cfg, 1, 1, variant_step_s, syncs, device_type)
     rest = step_target_s(cfg, 1, 0, variant_step_s, syncs, device_type)
-    return first + (chunk_frames - 1) * rest + code2wav_delay_s(cfg, 1)
+    return first + (chunk_frames - 1) * rest + code2wav_delay_s(cfg, 1) + cfg.code2wav_decode_first_ms * 1e-3

@@ -20,9 +20,10 @@ ISSUE_4855 = "vllm-omni issue #4855 (c=64: ~100 ms per talker step vs ~10 ms of 
 # Units: ttfp_p50 and e2e_p50 in ms, rtf_p50 dimensionless, audio_tput in audio-s/s, req_tput in req/s,
 # step_ms in ms, effect_e2e_pct in % (fixed vs original, p50 E2E).
 METRIC_KNOBS = {
-    "ttfp_p50": "prefill_ms, code2wav_chunk_ms, code2wav_per_request_ms, initial_chunk_frames; queueing above the "
-                "batch limit (max_batch_size)",
-    "rtf_p50": "base_ms + per_request_ms x batch (step time) and queue wait above max_batch_size",
+    "ttfp_p50": "prefill_ms, code2wav_chunk_ms, initial_chunk_frames; the code2wav decoder's queue "
+                "(code2wav_decode_first_ms, code2wav_decode_ms); queueing above the batch limit (max_batch_size)",
+    "rtf_p50": "base_ms + per_request_ms x batch (step time), the decoder's queue and queue wait above "
+               "max_batch_size",
     "audio_tput": "per_request_ms and base_ms at the batch the level reaches (max_batch_size caps it)",
     "req_tput": "step time x frames per request",
     "e2e_p50": "step time x frames per request",

@@ -3,7 +3,7 @@ milliseconds of CPU instead of minutes of wall clock.
 
 Same rules as ttssim.engine (FIFO admission at step boundaries up to max_batch_size and max_prefills_per_step, a
 step time from ttssim.model, one frame per running request per step, chunks by ttssim.model.chunk_due delivered
-code2wav_delay_s after the step), but the predictor's host time comes from a function of the batch (by default the
+code2wav_delay_s after the step, through ttssim.model.Code2WavDecoder's queue where the profile has one), but the predictor's host time comes from a function of the batch (by default the
 H100 function benchmark, ttssim.model.gpu_host_variant_step_s) instead of running the variant. The fit uses it to
 search parameters; the fidelity benchmark compares it with the real simulator and with the public numbers.
 """
@@ -61,6 +61,7 @@ def run(cfg: SimConfig, load: Workload, variant: str = "original",
     deliveries: list[tuple[float, int, int, bool]] = []  # (time, seq, id, last chunk)
     seq = 0
     noise = sim_model.StepNoise(m, seed)
+    decoder = sim_model.Code2WavDecoder(m)
     res = VirtualRun([], 0.0)
     clients.start(0.0)
     t = 0.0
@@ -96,8 +97,9 @@ def run(cfg: SimConfig, load: Workload, variant: str = "original",
         for r in running:
             r[1] += 1
             if sim_model.chunk_due(r[1], r[2], r[3], a):
+                at = decoder.pcm_at(t + delay, r[2] == 0)
                 r[2] = r[1]
-                heapq.heappush(deliveries, (t + delay, seq, r[0], r[1] >= r[3]))
+                heapq.heappush(deliveries, (at, seq, r[0], r[1] >= r[3]))
                 seq += 1
             if r[1] < r[3]:
                 still.append(r)
