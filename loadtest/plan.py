@@ -24,6 +24,7 @@ import yaml
 from loadtest import experiment as ex
 from loadtest.design import SWAPPED, make_plan  # noqa: F401  (make_plan: the tests build runs with it)
 from loadtest.provenance import code_fingerprint, environment, package_version, sha256, utc
+from loadtest.resume import RESUME_POLICY
 from loadtest.scenario import ScenarioError, effective_scenario, load_scenario
 from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
@@ -33,15 +34,6 @@ from ttsrecords.paths import ROOT
 from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
 from ttsrecords.windows import plan_from_list, plan_to_list, starts_of, with_order
 
-DONE = ("complete", "invalid")  # a resumed run never repeats these: their load ran; a rerun would only hide the cause
-# A window that failed (infrastructure) reruns its whole round at once, in a new attempt, this many times; after that
-# the round keeps its failure (a server that never starts is not retried forever) and the run goes on.
-FAILED_RERUNS_MAX = 1
-RESUME_POLICY = {"never_rerun": list(DONE), "always_rerun": ["interrupted"], "failed_reruns_max": FAILED_RERUNS_MAX,
-                 "how": "a failed window reruns its whole round at once (both windows), at most failed_reruns_max "
-                        "times (block.json attempt); earlier attempts are kept under attempts/. On a resume, design "
-                        "fresh runs each window not done; swap and nested rerun every round not done as a whole "
-                        "(its two windows belong in one server start)"}
 SHORTHAND_SCENARIO = "configs/scenarios/ab-default.yaml"
 SHORTHAND_SIM_CONFIG = "configs/sim/default.yaml"
 DEFAULT_ROUNDS, DEFAULT_AA_ROUNDS = 3, 1

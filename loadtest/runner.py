@@ -33,14 +33,13 @@ from loadtest import experiment as ex
 from loadtest import pinning
 from loadtest.design import SWAPPED
 from loadtest.plan import (
-    DONE,
-    FAILED_RERUNS_MAX,
     ROOT,
     arms_of,
     control_extra,
     experiment_for,
 )
 from loadtest.provenance import code_fingerprint, utc
+from loadtest.resume import DONE, FAILED_RERUNS_MAX
 from loadtest.scenario import load_scenario, window_scenario, window_seconds
 from loadtest.server_process import ServerProcess, stop_group
 from loadtest.shape import PhaseHold, Schedule, epochs_per_window
