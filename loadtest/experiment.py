@@ -351,7 +351,8 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ExperimentError(f"{p}: name: want lower-case letters, digits, . _ -, got {name!r}")
     idea = r.get("idea", (str,), required=True).strip()
     scenario = r.get("scenario", (str,), required=True)
-    from loadtest.scenario import ScenarioError, load_scenario
+    from loadtest.scenario import load_scenario
+    from ttsrecords.scenario import ScenarioError
 
     if not (ROOT / scenario).is_file():
         raise ExperimentError(f"{p}: scenario: no such file {scenario}")

@@ -25,13 +25,14 @@ from loadtest import experiment as ex
 from loadtest.design import SWAPPED, make_plan  # noqa: F401  (make_plan: the tests build runs with it)
 from loadtest.provenance import code_fingerprint, environment, package_version, sha256, utc
 from loadtest.resume import RESUME_POLICY
-from loadtest.scenario import ScenarioError, effective_scenario, load_scenario
+from loadtest.scenario import effective_scenario, load_scenario
 from tts_predictor.control import MAX_HOST_DELAY_US
 from tts_predictor.domain import DEFAULT_VARIANT, VARIANT_NAMES
 from ttsrecords import runsettings as rs
 from ttsrecords.manifest import RunLog
 from ttsrecords.paths import ROOT
 from ttsrecords.records import AB_SCHEMA, sim_profile_copy, write_json
+from ttsrecords.scenario import ScenarioError
 from ttsrecords.windows import plan_from_list, plan_to_list, starts_of, with_order
 
 SHORTHAND_SCENARIO = "configs/scenarios/ab-default.yaml"

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from loadtest.client import GeventTransport, Outcome, run_request
 from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_corpus, load_voice
 from loadtest.provenance import git_revision
-from loadtest.scenario import Scenario, load_scenario, scenario_from_dict
+from loadtest.scenario import load_scenario
 from loadtest.scraper import Scraper
 from loadtest.server_process import health, wait_healthy
 from loadtest.shape import (
@@ -42,6 +42,7 @@ from loadtest.shape import (
 from tts_predictor.control import MAX_HOST_DELAY_US, write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
 from ttsrecords.records import RUN_SCHEMA, ControlConfirm, ControlWrite, JsonlWriter, RequestRecord, dumps
+from ttsrecords.scenario import Scenario
 
 log = logging.getLogger("loadtest")
 MSG_PHASE = "tts_phase"
@@ -264,7 +265,7 @@ class Session:
         if self._prompts is not None and self.run and self.run["run_id"] == run["run_id"]:
             return
         self.run = run
-        self.scenario = scenario_from_dict(run["scenario"])
+        self.scenario = Scenario.from_dict(run["scenario"])
         corpus = load_corpus(self.scenario.prompts)
         voice = load_voice(self.scenario.voice)
         self._bounds = corpus.bounds

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadtest.scenario import Scenario, Step
+from ttsrecords.scenario import Scenario, Step
 
 
 @dataclass(frozen=True)

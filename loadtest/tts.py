@@ -16,7 +16,6 @@ from locust.runners import MasterRunner, WorkerRunner
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from any cwd
 
-from loadtest.scenario import ScenarioError  # noqa: E402
 from loadtest.session import (  # noqa: E402
     CONNECT_BACKOFF_S,
     MSG_FLUSH,
@@ -26,6 +25,7 @@ from loadtest.session import (  # noqa: E402
     Session,
     add_options,
 )
+from ttsrecords.scenario import ScenarioError  # noqa: E402
 
 _session: Session | None = None
 

@@ -132,7 +132,7 @@ def test_import_loadtest_ab_pulls_in_no_statistics_and_no_torch():
 def test_schema_ids_are_spelled_once():
     """Every record schema id is a string in ttsrecords/records.py only; the code uses its name (the tests pin the
     values themselves, as the documented format)."""
-    pattern = re.compile(r"^tts-(request|counters|run|ab|block|summary|comparison|micro)/\d+$")
+    pattern = re.compile(r"^tts-(request|counters|run|ab|block|summary|comparison|micro|scenario)/\d+$")
     found = {}
     for pkg in (*PRODUCT, "tools"):
         for p in sorted((ROOT / pkg).rglob("*.py")):

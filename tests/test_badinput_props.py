@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadtest.client import Outcome, check_wav, run_request
-from loadtest.scenario import Scenario, ScenarioError, parse_scenario, scenario_from_dict
 from tts_predictor.domain import MODEL_NAME
+from ttsrecords.scenario import Scenario, ScenarioError, parse_scenario
 from ttssim.config import AudioConfig
 from ttssim.server import FIELDS, RESPONSE_FORMATS, TASK_TYPES, ApiError, validate_body
 
@@ -88,7 +88,7 @@ def test_valid_scenarios_parse_and_survive_the_wire(steps, seed, mode):
     s = parse_scenario({**VALID_SCENARIO, "steps": steps, "seed": seed, "mode": mode}, path="x.yaml")
     check_scenario_invariants(s)
     assert [st_.concurrency for st_ in s.steps] == [x["concurrency"] for x in steps]
-    assert scenario_from_dict(s.to_dict()) == s
+    assert Scenario.from_dict(s.to_dict()) == s
 
 
 def check_scenario_invariants(s: Scenario) -> None:

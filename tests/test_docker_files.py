@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
 REV = "0123456789abcdef0123456789abcdef01234567"
 DOCKER = ROOT / "docker"
 DOCKERFILES = sorted({p for p in DOCKER.iterdir() if p.name.startswith("Dockerfile") and not p.name.endswith(".dockerignore")})

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from loadtest import experiment as ex
 
-ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "configs/experiments").glob("*.yaml"))
 
 # release -> name -> (line, source)

@@ -5,16 +5,15 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT
 
 from loadtest import experiment as ex
 from tts_predictor import metrics as pm
 from tts_predictor.domain import DEFAULT_VARIANT
 
-ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "configs/experiments").glob("*.yaml"))
 SIM_FILE = ROOT / "configs/experiments/sim/mission-sim.yaml"
 REV = "0123456789abcdef0123456789abcdef01234567"

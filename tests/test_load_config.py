@@ -11,7 +11,8 @@ import yaml
 from conftest import ROOT
 
 from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
-from loadtest.scenario import ScenarioError, load_scenario, parse_scenario, scenario_from_dict
+from loadtest.scenario import load_scenario
+from ttsrecords.scenario import Scenario, ScenarioError, parse_scenario
 
 SCEN = ROOT / "configs" / "scenarios"
 
@@ -26,7 +27,27 @@ def test_shipped_scenarios_are_valid():
     assert load_scenario(SCEN / "ab-default.yaml").loop == "closed"
     op = load_scenario(SCEN / "open-poisson.yaml")
     assert op.loop == "open" and all(s.rate > 0 for s in op.steps)
-    assert scenario_from_dict(d.to_dict()) == d  # the master sends it to workers this way
+    assert Scenario.from_dict(d.to_dict()) == d  # the master sends it to workers this way
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SCEN.glob("*.yaml")))
+def test_every_shipped_scenario_round_trips_through_its_document(name, tmp_path):
+    """The format's writer and reader agree: a scenario written as a document (the run's and each window's
+    scenario.yaml) parses back to the same scenario, and to_dict/from_dict (master -> workers) too."""
+    s = load_scenario(SCEN / name)
+    assert parse_scenario(s.to_document(), path=s.path, sha256=s.sha256) == s
+    assert Scenario.from_dict(s.to_dict()) == s
+    (tmp_path / name).write_text(yaml.safe_dump(s.to_document(), sort_keys=False))
+    back = load_scenario(tmp_path / name)
+    assert back.steps == s.steps and back.mix == s.mix and back.loop == s.loop and back.timeout_s == s.timeout_s
+
+
+def test_a_document_keeps_open_loop_rates_and_the_count_phase():
+    s = parse_scenario({"loop": "open", "phases": {"count_s": 2, "warmup_s": 1, "measure_s": 3, "drain_s": 1},
+                        "steps": [{"concurrency": 8, "rate": 1.5}, {"concurrency": 64, "rate": 4, "users": 5}]})
+    doc = s.to_document()
+    assert doc["phases"] == {"count_s": 2.0} and [(d["rate"], d["users"]) for d in doc["steps"]] == [(1.5, 8), (4.0, 5)]
+    assert parse_scenario(doc) == s
 
 
 def test_one_request_limit_for_client_holds_and_watchdog():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadtest.scenario import parse_scenario
 from loadtest.shape import PhaseTracker, Schedule
+from ttsrecords.scenario import parse_scenario
 
 
 def scen(**kw):

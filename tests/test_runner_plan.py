@@ -14,7 +14,8 @@ from conftest import ROOT
 from loadtest import ab, plan, provenance, scenario
 from loadtest import experiment as ex
 from loadtest.design import aa_positions, level_order, make_plan
-from loadtest.scenario import load_scenario, parse_scenario
+from loadtest.scenario import load_scenario
+from ttsrecords.scenario import parse_scenario
 from ttsrecords.windows import plan_from_list, rounds_of, starts_of
 
 LEVELS = [8, 16, 64, 256]

@@ -10,13 +10,13 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from loadtest.scenario import parse_scenario
 from loadtest.scraper import Scraper, compute_delta, parse_metrics, variants_moved
 from loadtest.session import EdgeRunner
 from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, PhaseHold, PhaseTracker, Schedule, count_epoch, edge_actions
 from tts_predictor import metrics as m
 from tts_predictor.control import ControlChannel, ControlFile, write_control
 from ttsrecords import records
+from ttsrecords.scenario import parse_scenario
 
 
 def scen(count=2.0, steps=(8, 16)):

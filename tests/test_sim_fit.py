@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from tts_predictor import metrics as M
 from ttssim import fit, public, virtual
 from ttssim.config import load_config
 from ttssim.model import gpu_host_variant_step_s
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def cfg_with(**model):
@@ -114,7 +113,7 @@ def test_run_fit_cli_writes_a_loadable_config(tmp_path):
     truth = {"base_ms": 9.0, "per_request_ms": 1.2, "prefill_ms": 6.0}
     write_synthetic_run(tmp_path / "run", truth)
     out = tmp_path / "fitted.yaml"
-    p = subprocess.run([sys.executable, "-m", "ttssim.fit", str(tmp_path / "run"), "--out", str(out)], cwd=REPO,
+    p = subprocess.run([sys.executable, "-m", "ttssim.fit", str(tmp_path / "run"), "--out", str(out)], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     cfg = load_config(out)
@@ -133,14 +132,14 @@ def test_run_fit_cli_refuses_bad_input_in_one_line(tmp_path, make):
         snap = {"kind": "snapshot", "step": 0, "concurrency": 8, "ok": True, "samples": {M.STEPS: 1.0}}
         (run / "blocks" / "000" / "counters.jsonl").write_text(
             json.dumps(snap | {"edge": "start"}) + "\n" + json.dumps(snap | {"edge": "end"}) + "\n")
-    p = subprocess.run([sys.executable, "-m", "ttssim.fit", str(run)], cwd=REPO, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "ttssim.fit", str(run)], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("ttssim.fit: ")
 
 
 def test_effect_interval_carries_the_fit_uncertainty():
-    cfg = load_config(REPO / "configs/sim/h100-0.6b-b8.yaml")
-    stored = fit.load_fit(REPO / "configs/sim/h100-0.6b-b8.yaml")
+    cfg = load_config(ROOT / "configs/sim/h100-0.6b-b8.yaml")
+    stored = fit.load_fit(ROOT / "configs/sim/h100-0.6b-b8.yaml")
     res = fit.fit_from_dict(stored)
     frames = fit.seed_frames(stored["seed_mean_frames"][0])
     est, lo, hi = fit.effect_interval(res, cfg, 8, frames)
@@ -154,7 +153,7 @@ def test_stored_profiles_reproduce_their_fit():
     """The committed profiles are what `python -m ttssim.fit --public` fits today (no hand edits, no drift)."""
     f = fit.public_fits()
     for name, key in (("h100-1.7b-ci.yaml", "ci"), ("h100-0.6b-b8.yaml", "seed")):
-        stored = fit.load_fit(REPO / "configs/sim" / name)
+        stored = fit.load_fit(ROOT / "configs/sim" / name)
         if key == "ci":
             assert stored["values"] == pytest.approx(f["ci"].values, rel=1e-6)
         else:
@@ -211,7 +210,7 @@ def test_run_fit_recovers_known_parameters_from_the_real_simulator(tmp_path):
 @pytest.mark.slow
 def test_fidelity_benchmark_quick_mode_writes_every_public_point(tmp_path):
     out = tmp_path / "fidelity.md"
-    p = subprocess.run([sys.executable, "-m", "tools.fidelity", "--quick", "--out", str(out)], cwd=REPO,
+    p = subprocess.run([sys.executable, "-m", "tools.fidelity", "--quick", "--out", str(out)], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     md = out.read_text()

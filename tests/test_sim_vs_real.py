@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from tools import sim_vs_real
 from ttssim import fit, heldout
 from ttssim.config import load_config
 
-REPO = Path(__file__).resolve().parent.parent
-RUN = REPO / "reports/bench/sim-vs-cpu/real"
-PROFILE = REPO / "configs/sim/cpu-tiny.yaml"
+RUN = ROOT / "reports/bench/sim-vs-cpu/real"
+PROFILE = ROOT / "configs/sim/cpu-tiny.yaml"
 
 
 @pytest.mark.slow  # 12 s of fitting (the noise fit's bootstrap): beyond the unit tier's minute
@@ -53,7 +53,7 @@ def test_whole_step_keeps_the_predictor_time_in_the_step():
 
 @pytest.mark.slow  # the CLI as a process
 def test_fit_refuses_levels_the_run_does_not_have(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "ttssim.fit", str(RUN), "--levels", "3"], cwd=REPO,
+    p = subprocess.run([sys.executable, "-m", "ttssim.fit", str(RUN), "--levels", "3"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no window at the levels [3]" in p.stderr
 
@@ -70,7 +70,7 @@ def test_comparison_of_the_committed_run_matches_the_committed_page(tmp_path):
     held = max(abs(v) for r in res["rows"] if r["held_out"] for v in r["residual_pct"].values())
     assert res[heldout.KEY] == pytest.approx(round(held, 1))
     assert res == json.loads(heldout.PATH.read_text())  # the committed figure is today's
-    assert md.read_text() == (REPO / "reports/bench/sim-vs-cpu.md").read_text()
+    assert md.read_text() == (ROOT / "reports/bench/sim-vs-cpu.md").read_text()
 
 
 def test_closed_loop_rate_is_littles_law():

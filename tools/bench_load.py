@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 
 from loadtest.server_process import ROOT, ServerProcess, ServerSpec
-from ttsrecords.records import read_requests
+from ttsrecords.records import SCENARIO_SCHEMA, read_requests
 
 
 def pin(cpu: int) -> list[str]:
@@ -49,7 +49,7 @@ def one_level(conc: int, ttfa_s: float, chunk_s: float, chunks: int, warmup: flo
     nominal = ttfa_s + (chunks - 1) * chunk_s
     scen = tmp / f"bench-{conc}.yaml"
     scen.write_text(json.dumps({
-        "schema": "tts-scenario/1", "name": f"bench-{conc}", "seed": 1, "mix": {"short": 1}, "timeout_s": 60,
+        "schema": SCENARIO_SCHEMA, "name": f"bench-{conc}", "seed": 1, "mix": {"short": 1}, "timeout_s": 60,
         "phases": {"warmup_s": warmup, "measure_s": measure, "drain_s": 1}, "steps": [conc]}))
     run_dir = tmp / f"run-{conc}-{ttfa_s}"
     srv = start_server(ttfa_s, chunk_s, chunks, tmp)

@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from loadtest.scenario import SCENARIO_SCHEMA
 from loadtest.server_process import ROOT
-from ttsrecords.records import REQUEST_SCHEMA
+from ttsrecords.records import REQUEST_SCHEMA, SCENARIO_SCHEMA
 
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py")]
 

@@ -30,7 +30,7 @@ from loadtest.server_process import ROOT
 from tools.sim_server import SimServer
 from tts_predictor.domain import VARIANT_NAMES
 from tts_predictor.metrics import ENGINE_REQUESTS
-from ttsrecords.records import read_jsonl
+from ttsrecords.records import SCENARIO_SCHEMA, read_jsonl
 
 MONOTONIC_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
     mix = {"short": 1, "medium": 2, "long": 1}
     scen = Path(tmp.name) / "soak.yaml"
     scen.write_text(json.dumps({
-        "schema": "tts-scenario/1", "name": "soak", "mode": "stream", "loop": "closed", "seed": 1614, "mix": mix,
+        "schema": SCENARIO_SCHEMA, "name": "soak", "mode": "stream", "loop": "closed", "seed": 1614, "mix": mix,
         "timeout_s": 600, "phases": {"warmup_s": a.warmup_s, "measure_s": a.duration_s - a.warmup_s, "drain_s": 0},
         "steps": [{"concurrency": a.users}]}))
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -39,6 +39,7 @@ SUMMARY_SCHEMA = "tts-summary/2"  # summary.json (statistics)
 COMPARISON_SCHEMA = "tts-comparison/2"  # comparison.json (statistics)
 MICRO_SCHEMA = "tts-micro/1"  # results.json of the micro benchmark (tools/micro.py), read by the prediction
 PROGRESS_SCHEMA = "tts-progress/1"  # progress.json of a running A/B run: where it stands (the dashboard reads it)
+SCENARIO_SCHEMA = "tts-scenario/1"  # scenario files (configs/scenarios/*.yaml, a run's and each window's scenario.yaml)
 SIM_PROFILE_DIR = "sim"  # <run>/sim/<config name> (+ .fit.json): the simulator profiles a run used, copied in
 
 
