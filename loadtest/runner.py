@@ -26,7 +26,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from loadtest import experiment as ex
@@ -47,12 +46,12 @@ from loadtest.starts import Interrupted, Start, Starts
 from loadtest.telemetry import Nvml, Telemetry
 from loadtest.telemetry import describe as describe_telemetry
 from loadtest.window_check import (
+    arm_evidence,
+    confirm_switch,
     judge,
-    last_snapshot_rows,
     locust_exceptions,
     previous_failures,
     spanning,
-    switch_record,
 )
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
@@ -317,38 +316,27 @@ class Runner:
 
     def _after_load(self, w: PlannedWindow, st: Start, bdir: Path, meta: rec.BlockRecord, switch: bool,
                     why: str | None) -> str | None:
-        """The switch (confirmed from the counters), requests that spanned one, and the arm's evidence check."""
+        """The switch (confirmed from the counters), requests that spanned one, and the arm's evidence check
+        (loadtest.window_check judges; the start's record keeps what they found)."""
         counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
         requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
         if st.control is not None:
-            writes = [c for c in counters if c.get("kind") == "control"]
             if switch:
-                sw = switch_record(counters, w.block_id)
-                if sw is None:
-                    why = why or f"hot swap to {w.variant}: no control write was recorded"
-                else:
+                sw, unconfirmed = confirm_switch(counters, w.block_id, w.variant)
+                if sw is not None:
                     st.record.switches.append(sw)
-                    if sw["confirmed_t"] is None:
-                        why = why or (f"hot swap to {w.variant} (epoch {sw['epoch']}) not confirmed: no snapshot "
-                                      "shows the server running it")
-            if writes:  # the file names the window's variant (and its arm's settings) from its first write on
-                st.variant, st.spec = w.variant, w.spec
+                why = why or unconfirmed
+            if any(c.get("kind") == "control" for c in counters):  # the file names the window's variant (and its
+                st.variant, st.spec = w.variant, w.spec  # arm's settings) from its first write on
         meta.requests["spanning"] = spanning(requests, st.record.switches)
         if meta.requests["spanning"]["measure"]:
             why = why or f"{meta.requests['spanning']['measure']} measured requests spanned a switch"
-        arm = self.arms[w.spec]
-        if self.design["name"] in SWAPPED:  # cumulative counters of a shared start hold both arms: the sync
-            arm = replace(arm, evidence=replace(arm.evidence, sync_signature=None))  # signature is checked per window
         try:
             log = (st.dir / "server.log").read_text(encoding="utf-8", errors="replace")
         except OSError:
             log = ""
-        ok, reason = ex.check_evidence(arm, log, last_snapshot_rows(counters))
-        if ok and arm.evidence != self.arms[w.spec].evidence:
-            rest = reason.removeprefix("evidence holds: ")
-            reason = "evidence holds: " + "; ".join(x for x in (rest, "sync signature checked per window by the "
-                                                                "manipulation check (a shared start holds both arms' "
-                                                                "counters)") if x)
+        arm = self.arms[w.spec]
+        ok, reason = arm_evidence(arm, log, counters, shared_start=self.design["name"] in SWAPPED)
         ev = st.record.evidence or {"ok": True, "reason": None, "windows": {}}
         ev["windows"][w.block_id] = {"ok": ok, "reason": reason}
         ev["ok"] = ev["ok"] and ok
@@ -508,13 +496,8 @@ class Runner:
         if not line["stop"]:
             self._save()
             return False
-        done_rounds = {x.round for x in plan if x.round <= r}
-        ab_done = len({x.round for x in plan if x.kind == "ab" and x.round in done_rounds})
-        aa_left = [x.round for x in plan if x.kind == "aa" and x.round > r]
-        minimum = rs.sequential_of(self.m)["min_rounds"]
-        if ab_done < minimum or aa_left:
-            why = f"{ab_done} of the minimum {minimum} A/B rounds" if ab_done < minimum else \
-                f"A/A rounds {sorted(set(aa_left))} still to run"
+        ab_done, why = rs.stop_refused(plan, r, rs.sequential_of(self.m)["min_rounds"])
+        if why is not None:
             log["ignored_stops"].append({"round": r, "why": why})
             self._save()
             return False

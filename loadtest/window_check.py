@@ -1,5 +1,6 @@
 """A finished window, checked from the files it wrote: its request outcomes and load verdict, what its Locust raised,
-its hot-swap switch as the counters confirm it, the requests that spanned a switch, and how often it failed before.
+its hot-swap switch as the counters confirm it, the requests that spanned a switch, its arm's evidence check, and how
+often it failed before.
 Pure functions of a window's folder and records (the rules themselves are ttsrecords.records'); the runner calls them
 after each window's load."""
 
@@ -7,8 +8,10 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from loadtest import experiment as ex
 from tts_predictor import metrics as pm
 from ttsrecords import records as rec
 from ttsrecords.samples import rows_of, sample_key
@@ -75,3 +78,28 @@ def spanning(requests: list[dict], switches: list[dict]) -> dict[str, int]:
 
     hits = [r for r in requests if overlaps(r)]
     return {"total": len(hits), "measure": sum(r.get("phase") == "measure" for r in hits)}
+
+
+def confirm_switch(counters: list[dict], block_id: str, variant: str | None) -> tuple[dict | None, str | None]:
+    """A hot-swap window's switch record and, when the switch cannot be trusted, why (no write, or no snapshot shows
+    the server running it)."""
+    sw = switch_record(counters, block_id)
+    if sw is None:
+        return None, f"hot swap to {variant}: no control write was recorded"
+    if sw["confirmed_t"] is None:
+        return sw, f"hot swap to {variant} (epoch {sw['epoch']}) not confirmed: no snapshot shows the server running it"
+    return sw, None
+
+
+def arm_evidence(arm: ex.Arm, server_log: str, counters: list[dict], *, shared_start: bool) -> tuple[bool, str]:
+    """The arm's evidence check on its start's server.log and the window's last snapshot. A start shared by both arms
+    (hot swap) holds both arms' cumulative counters, so there the sync signature is left to the manipulation check,
+    which judges each window's own delta, and the reason says so."""
+    checked = replace(arm, evidence=replace(arm.evidence, sync_signature=None)) if shared_start else arm
+    ok, reason = ex.check_evidence(checked, server_log, last_snapshot_rows(counters))
+    if ok and checked.evidence != arm.evidence:
+        rest = reason.removeprefix("evidence holds: ")
+        reason = "evidence holds: " + "; ".join(x for x in (rest, "sync signature checked per window by the "
+                                                            "manipulation check (a shared start holds both arms' "
+                                                            "counters)") if x)
+    return ok, reason

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -167,6 +168,43 @@ def test_switch_confirmed_from_the_first_snapshot_that_shows_it():
     assert window_check.switch_record([_snap(1, 0, "original")], "b1") is None
     rows = window_check.last_snapshot_rows(counters)
     assert (m.CONTROL_EPOCH, {}, 6.0) in rows and (m.CALLS, {"variant": "fixed"}, 30.0) in rows
+
+
+def test_a_switch_is_trusted_only_when_written_and_shown():
+    write = {"kind": "control", "t": 10.0, "variant": "fixed", "epoch": 5, "observe": True, "phase": "count"}
+    sw, why = window_check.confirm_switch([write, _snap(10.5, 5, "fixed")], "b1", "fixed")
+    assert sw["confirmed_t"] == 10.5 and why is None
+    sw, why = window_check.confirm_switch([write, _snap(10.5, 4, "original")], "b1", "fixed")
+    assert sw["confirmed_t"] is None and why == ("hot swap to fixed (epoch 5) not confirmed: no snapshot shows the "
+                                                 "server running it")
+    assert window_check.confirm_switch([_snap(1, 0, "original")], "b1", "fixed") == (
+        None, "hot swap to fixed: no control write was recorded")
+
+
+def test_a_shared_start_leaves_the_sync_signature_to_the_manipulation_check():
+    """A hot-swap start's cumulative counters hold both arms' calls, so the signature check there would fail a good
+    window; the arm's other evidence still decides, and the reason says where the signature went."""
+    from loadtest import experiment as ex
+
+    arm = ex.Arm(name="B", label="fixed", backend="sim", variant="fixed",
+                 evidence=ex.Evidence(sync_signature="fixed", metric_present=(m.CALLS,)))
+    both = [_snap(1.0, 3, "original"), {**_snap(2.0, 4, "fixed"), "samples": {
+        **_snap(2.0, 4, "fixed")["samples"], f'{m.CALLS}{{variant="original"}}': 30.0}}]
+    own_ok, _ = window_check.arm_evidence(arm, "", both, shared_start=False)
+    ok, reason = window_check.arm_evidence(arm, "", both, shared_start=True)
+    assert ok and "sync signature checked per window by the manipulation check" in reason and not own_ok
+    none = replace(arm, evidence=ex.Evidence(metric_present=("tts_missing_total",)))
+    assert window_check.arm_evidence(none, "", both, shared_start=True) == (
+        False, "metric tts_missing_total is not exposed")
+
+
+def test_a_look_stop_waits_for_the_minimum_and_the_aa_rounds():
+    windows = plan_from_list([{"block_id": f"r{r}{a}", "round": r, "kind": k, "arm": a, "variant": "fixed",
+                               "spec": a, "start": 2 * r + (a == "B"), "position": int(a == "B"), "order": [0],
+                               "levels": [8]} for r, k in enumerate(["ab", "ab", "aa", "ab"]) for a in "AB"])
+    assert rs.stop_refused(windows, 0, 2) == (1, "1 of the minimum 2 A/B rounds")
+    assert rs.stop_refused(windows, 1, 2) == (2, "A/A rounds [2] still to run")
+    assert rs.stop_refused(windows, 2, 2) == (2, None) and rs.stop_refused(windows, 3, 3) == (3, None)
 
 
 def test_requests_that_span_a_switch_are_counted():

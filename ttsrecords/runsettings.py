@@ -123,6 +123,18 @@ def look_due(plan: list[PlannedWindow], round_: int, seq: dict) -> bool:
     return seq.get("unit") != "start" or unit_ends(plan, round_)
 
 
+def stop_refused(plan: list[PlannedWindow], round_: int, min_rounds: int) -> tuple[int, str | None]:
+    """A look said stop after this round: the A/B rounds done by then, and why the stop is not honoured yet (fewer
+    than min_rounds A/B rounds, or A/A rounds still to run), None when it is."""
+    ab_done = len({x.round for x in plan if x.kind == "ab" and x.round <= round_})
+    aa_left = sorted({x.round for x in plan if x.kind == "aa" and x.round > round_})
+    if ab_done < min_rounds:
+        return ab_done, f"{ab_done} of the minimum {min_rounds} A/B rounds"
+    if aa_left:
+        return ab_done, f"A/A rounds {aa_left} still to run"
+    return ab_done, None
+
+
 def analysis(margin_pct: float | None = None, confidence: float | None = None,
              primary_metric: str | None = None, *, verdict_metrics=()) -> dict:
     """The pre-registered analysis of a run (what `manifest["analysis"]` holds), validated; None values take the
