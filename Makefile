@@ -36,6 +36,7 @@ OUT ?=
 MARGIN_PCT ?=
 CONFIDENCE ?=
 PRIMARY_METRIC ?=
+TEST_JOBS ?= 2
 
 .PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-real-030 test-upstream bench-sim sim-vs-real bench-load soak faults-table clean
 
@@ -43,7 +44,7 @@ help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
 	@echo "               start (swap design): its verdicts read 'faster in this server start', a claim about that start"
 	@echo "make test      all tests (creates .venv)"
-	@echo "make test-fast the unit tier: no processes, no servers (about 1 minute of CPU on a 2-core box)"
+	@echo "make test-fast the unit tier: no processes, no servers (on both cores: about 40 s on a 2-core box; TEST_JOBS=1 for one)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm|vllm-cpu] [PORT=8091] [DRY_RUN=1]"
 	@echo "make preflight [BACKEND=vllm|sim] [VARIANT=v[,v]] [EXPERIMENT=file] [PREPARE=1] [DRY_RUN=1]  first on a new host"
@@ -71,8 +72,9 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
+# The unit tier on both cores of a 2-core box (pytest-xdist): its tests share no files, ports or processes.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_JOBS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
