@@ -326,8 +326,9 @@ class Runner:
                 if sw is not None:
                     st.record.switches.append(sw)
                 why = why or unconfirmed
-            if any(c.get("kind") == "control" for c in counters):  # the file names the window's variant (and its
-                st.variant, st.spec = w.variant, w.spec  # arm's settings) from its first write on
+            # the control file names the window's variant (and its arm's settings) from its first write on
+            if any(c.get("kind") == "control" for c in counters):
+                st.variant, st.spec = w.variant, w.spec
         meta.requests["spanning"] = spanning(requests, st.record.switches)
         if meta.requests["spanning"]["measure"]:
             why = why or f"{meta.requests['spanning']['measure']} measured requests spanned a switch"

@@ -188,8 +188,9 @@ def test_a_shared_start_leaves_the_sync_signature_to_the_manipulation_check():
 
     arm = ex.Arm(name="B", label="fixed", backend="sim", variant="fixed",
                  evidence=ex.Evidence(sync_signature="fixed", metric_present=(m.CALLS,)))
-    both = [_snap(1.0, 3, "original"), {**_snap(2.0, 4, "fixed"), "samples": {
-        **_snap(2.0, 4, "fixed")["samples"], f'{m.CALLS}{{variant="original"}}': 30.0}}]
+    last = _snap(2.0, 4, "fixed")
+    last["samples"][f'{m.CALLS}{{variant="original"}}'] = 30.0  # the earlier arm's calls stay in the cumulative counters
+    both = [_snap(1.0, 3, "original"), last]
     own_ok, _ = window_check.arm_evidence(arm, "", both, shared_start=False)
     ok, reason = window_check.arm_evidence(arm, "", both, shared_start=True)
     assert ok and "sync signature checked per window by the manipulation check" in reason and not own_ok
