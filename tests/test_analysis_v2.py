@@ -522,3 +522,26 @@ def test_windows_run_under_other_code_than_the_run_start_are_named(tmp_path):
     meta["code_fingerprint"] = "aaaa"
     (blocks[-1] / "block.json").write_text(json.dumps(meta))
     assert not [w for w in summarize(run)[0]["warnings"] if "code changed" in w]
+
+
+@pytest.mark.parametrize("name, level, arm, rnd", [("ab-20261204T221722Z", "2", "B", 4),
+                                                    ("ab-20261203T135304Z", "1", "A", 2)])
+def test_a_window_too_short_for_a_request_is_invalid_not_failed(tmp_path, name, level, arm, rnd):
+    """Two real CPU-server runs: one arm started no measure-phase request in a 0.06-0.14 s measure window and had no
+    error there. That window-level is invalid (not measured), listed and left out: never "failed", never a zero."""
+    run = tmp_path / name
+    shutil.copytree(ROOT / "reports" / "vllm-cpu" / name, run)
+    assert cli.main([str(run)]) == 0
+    comp = json.loads((run / "comparison.json").read_text())
+    head = comp["headline"]
+    assert head["kind"] != "failed" and all(r["kind"] != "failed" for r in head["levels"].values())
+    for res in comp["per_level"][level]["metrics"].values():
+        assert res["kind"] != "failed" and not res["failed"]["rounds"], (res["label"], res["kind"])
+    (nm,) = comp["per_level"][level]["not_measured"]
+    assert nm["round"] == rnd and nm["arm"] == arm and "window shorter than a request" in nm["reason"]
+    row = next(r for r in comp["per_level"][level]["metrics"][comp["primary_metric"]]["rounds"] if r["round"] == rnd)
+    assert row["a"] is None and row["b"] is None  # left out, not a zero
+    md = (run / "summary.md").read_text()
+    assert "failed" not in md.split("## Verdicts per level")[0].replace("failed / all", "")
+    assert f"NOT MEASURED at c={level} in 1 of" in md and "fix the failure" not in md
+    assert f"round {rnd}: invalid at c={level}: {arm} not measured" in md  # listed with the skipped units

@@ -126,6 +126,16 @@ def test_a_failed_round_is_a_finding_and_no_speed_claim():
         inf.compare_rounds(a, a, **KW, failed=[None])
 
 
+def test_the_other_rounds_figure_leaves_the_failed_rounds_out():
+    """A failed round that still has a (wild) value: the ratio beside "failed" describes the other rounds only."""
+    a = [100.0, 100.0, 100.0, 100.0]
+    b = [104.0, 300.0, 104.5, 103.5]  # round 1: B failed most requests, its few survivors read x3
+    r = inf.compare_rounds(a, b, **KW, failed=[None, "B", None, None])
+    others = math.exp(np.mean(np.log([1.04, 1.045, 1.035])))
+    assert r["kind"] == "failed" and r["n"] == 3 and r["ratio"] == pytest.approx(others)
+    assert f"the other 3 rounds, without the failed ones, read B metric ×{others:.3f}" in r["text"]
+
+
 def test_scope_qualifies_every_claim_word():
     rng = np.random.default_rng(12)
     a, b = pair(rng, 6, 0.05)

@@ -148,7 +148,13 @@ def compare_metric(pairs: dict, level: str, metric: str, *, unit: str, margin_pc
     res = inf.compare_rounds(v["a"], v["b"], higher_is_better=m.better == "higher", margin_pct=margin_pct,
                              confidence=confidence, groups=groups, label=m.label, bootstrap=bootstrap,
                              failed=v["failed"], scope=scope)
+    nm = len({x["round"] for x in v["not_measured"]})
+    if nm:  # the rounds compare_rounds counts as missing include those not measured, which v's notes list with why
+        res["notes"] = [n for n in res["notes"] if "a value was missing" not in n]
+        if res["n_skipped"] > nm:
+            res["notes"].append(f"{res['n_skipped'] - nm} round(s) skipped: a value was missing (None/NaN) in A or B")
     res["notes"] = res["notes"] + v["notes"]
+    res["not_measured"] = v["not_measured"]
     res["rounds"] = [{"round": r, "start": s, "order": o, "a": a, "b": b,
                       "ratio": None if a is None or b is None else b / a}
                      for r, s, o, a, b in zip(v["round"], v["start"], v["order"], v["a"], v["b"], strict=True)]
@@ -641,6 +647,7 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
             else:
                 res = inf.mark_secondary(res)
             row["metrics"][m] = res
+        row["not_measured"] = row["metrics"][primary].get("not_measured") or []
         f = rd.failures(ab, lv)
         row["error_rate"] = inf.compare_error_rates(f["a_failed"], f["a_total"], f["b_failed"], f["b_total"],
                                                     confidence=confidence)
@@ -683,9 +690,11 @@ def compare(summaries: list[dict], levels: list[str], *, design: str = "fresh", 
             "sequential": sequential,
             "scope": scope,
             "failed_share": rd.FAILED_SHARE,
-            "failure_rule": (f"an arm failed at a level in a round when its window had no measure-phase request "
-                             f"there or at least {100 * rd.FAILED_SHARE:g} % of them failed; such a level is a "
-                             "finding of its own and no speed claim is made there from the other rounds"),
+            "failure_rule": (f"an arm failed at a level in a round when at least {100 * rd.FAILED_SHARE:g} % of its "
+                             "measure-phase requests there failed; such a level is a finding of its own and no speed "
+                             "claim is made there from the other rounds. A window-level with no failed request that "
+                             "measured nothing (no measure-phase request started, or no output) is invalid (not "
+                             "measured), left out and listed, never failed"),
             "swap_note": ("one server start holds every window: the interval is conditional on that start "
                           "(start-to-start variance is not in it; a nested design measures it), so every verdict "
                           f"reads '{scope}'") if design == "swap" else None,

@@ -129,6 +129,13 @@ def banners(summary: Summary, comparison: Comparison) -> list[tuple[str, str]]:
                             if "the arm failed there" in n)
             out.append(("invalid", f"ARM FAILED at c={lv} — {why}. No speed claim at c={lv} from the remaining "
                                    "rounds: fix the failure and rerun."))
+        gone = comparison.per_level[lv].get("not_measured") or []
+        if gone:
+            rounds = sorted({x["round"] for x in gone})
+            out.append(("warn", f"NOT MEASURED at c={lv} in {len(rounds)} of {comparison.rounds['ab']} round(s) — "
+                                + "; ".join(f"round {x['round']}: {x['reason']}" for x in gone)
+                                + ". Invalid there, not a failure and not a zero: left out of every metric at "
+                                  f"c={lv}; rerun under the design's rule (longer measure windows)."))
     for side, delay_us in (comparison.positive_control or {}).items():
         out.append(("warn", f"POSITIVE CONTROL — arm {side} carried a fixed extra {delay_us:g} us of host time per "
                             "build_attn_metadata call (the plugin's control file, counted in "

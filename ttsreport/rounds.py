@@ -65,9 +65,24 @@ def start_of(arms: dict[str, dict]) -> int | None:
 def failed_arms(arms: dict[str, dict], level: str) -> tuple[str | None, list[str]]:
     """Which arm(s) of a round failed at a level ("A", "B", "A and B" or None) and why, one phrase per arm.
 
-    An arm failed when its window has no measure-phase request at a level the other arm ran, or when at least
-    FAILED_SHARE of them failed: it produced nothing (or too little to be the arm's behaviour), so the round says that
-    the arm broke there, not how fast it was."""
+    An arm failed when at least FAILED_SHARE of its measure-phase requests there failed: it produced too little to be
+    the arm's behaviour, so the round says that the arm broke there, not how fast it was. "failed" needs failed
+    requests: a window that measured nothing with no error is not measured (unmeasured_arms), never failed."""
+    bad, why = [], []
+    for x in ("A", "B"):
+        v = arms[x]["levels"].get(level) or {}
+        n, err = int(v.get("n") or 0), int(v.get("n_error") or 0)
+        if n and err >= FAILED_SHARE * n:
+            bad.append(x)
+            why.append(f"{x} failed {err} of {n} measure-phase requests at c={level}")
+    return (" and ".join(bad) or None), why
+
+
+def unmeasured_arms(arms: dict[str, dict], level: str) -> tuple[str | None, list[str]]:
+    """Which arm(s) of a round did not measure a level at all, and why: no failed measure-phase request there, and
+    either none started in its measure window or none produced output inside it (a window shorter than a request:
+    the real CPU server's slow arm met 0.06-0.14 s windows). Such a window-level is invalid, not a zero and not a
+    failure: the slower arm starts fewer requests, so calling it failed would blame the slower arm for the clock."""
     lv = {x: arms[x]["levels"].get(level) for x in ("A", "B")}
     if all(v is None for v in lv.values()):
         return None, []
@@ -75,12 +90,20 @@ def failed_arms(arms: dict[str, dict], level: str) -> tuple[str | None, list[str
     for x in ("A", "B"):
         v = lv[x] or {}
         n, err = int(v.get("n") or 0), int(v.get("n_error") or 0)
-        if n == 0:
-            bad.append(x)
-            why.append(f"{x} had no measure-phase request at c={level}")
-        elif err >= FAILED_SHARE * n:
-            bad.append(x)
-            why.append(f"{x} failed {err} of {n} measure-phase requests at c={level}")
+        thr = v.get("throughput_rps")
+        if err or (n and thr is not None and thr > 0):
+            continue
+        what = "no measure-phase request started in it" if n == 0 else "no request produced output inside it"
+        w = v.get("window_s")
+        ref = [u.get("e2e_p50") for u in lv.values() if u and u.get("e2e_p50")]
+        if w is not None and (not ref or w < max(ref)):
+            reason = f"window shorter than a request ({w:.3g} s measure window, {what}, 0 errors)"
+        elif w is not None:
+            reason = f"nothing measured in a {w:.3g} s measure window ({what}, 0 errors)"
+        else:
+            reason = f"the window did not run this level ({what}, 0 errors)"
+        bad.append(x)
+        why.append(f"{x} not measured at c={level}: {reason}")
     return (" and ".join(bad) or None), why
 
 
@@ -94,9 +117,11 @@ def values(pairs: dict[int, dict[str, dict]], level: str, metric: str, keep=None
     """Per-round A and B values of one metric at one level, with the round, its start and its order.
 
     keep(round, arms) may leave rounds out (e.g. rounds with failed requests). Missing values stay None (inference
-    skips and counts them); a zero or negative value is None too, with a note. `failed` marks the arm(s) that failed
-    in each round (failed_arms)."""
-    out: dict = {"round": [], "a": [], "b": [], "start": [], "order": [], "failed": [], "notes": []}
+    skips and counts them). A round in which an arm did not measure the level (unmeasured_arms) is invalid there:
+    both values None, listed in `not_measured` with why. A zero or negative value is None too, with a note.
+    `failed` marks the arm(s) that failed in each round (failed_arms)."""
+    out: dict = {"round": [], "a": [], "b": [], "start": [], "order": [], "failed": [], "notes": [],
+                 "not_measured": []}
     for rnd, arms in pairs.items():
         if keep is not None and not keep(rnd, arms):
             continue
@@ -105,10 +130,18 @@ def values(pairs: dict[int, dict[str, dict]], level: str, metric: str, keep=None
         vb = None if lb is None else lb.get(metric)
         failed, why = failed_arms(arms, level)
         out["notes"] += [f"round {rnd}: {w}: the arm failed there (no speed claim at this level)" for w in why]
-        for arm, v in (("A", va), ("B", vb)):
+        unmeasured, why_not = unmeasured_arms(arms, level)
+        if unmeasured and not failed:
+            out["not_measured"] += [{"round": rnd, "arm": w[0], "reason": w} for w in why_not]
+            out["notes"] += [f"round {rnd}: invalid at c={level}: {w}; left out (not a zero, not a failure); rerun "
+                             "it under the design's rule" for w in why_not]
+            va = vb = None
+        for arm, v, lvl in (("A", va, la), ("B", vb, lb)):
             if v is not None and v <= 0:
+                where = ("counted in the error rate" if (lvl or {}).get("n_error") else
+                         "no output and no error there")
                 out["notes"].append(f"round {rnd}: {metric} {v:g} in {arm} at c={level} (nothing succeeded there): "
-                                    "skipped in the ratio, counted in the error rate")
+                                    f"skipped in the ratio, {where}")
         out["round"].append(rnd)
         out["a"].append(positive(va))
         out["b"].append(positive(vb))

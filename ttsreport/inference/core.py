@@ -253,6 +253,9 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
     d, kept, skipped = log_ratios(a, b)
     notes = [f"{skipped} round(s) skipped: a value was missing (None/NaN) in A or B"] if skipped else []
     failures = _failed_rounds(failed, len(a))
+    if failures["rounds"]:  # the summary beside a failed level describes the other rounds only
+        other = ~np.isin(kept, failures["rounds"])
+        d, kept = d[other], kept[other]
     unit, n_rounds, group_sizes = "round", int(d.size), None
     if groups is not None:
         if len(groups) != len(a):
@@ -369,7 +372,9 @@ def _fail(out: dict, label: str) -> None:
     """Mark a compare_rounds result as failed: no claim, no equivalence, no rounds-needed advice."""
     out.update(kind="failed", word="failed", p_value=None, p_tost=None, equivalent=False, rounds_needed=None,
                rounds_needed_assumption="an arm failed: fix the failure and rerun; more rounds do not repair it")
-    shown = "" if out["ratio"] is None else f" (the other rounds read B {label} ×{out['ratio']:.3f})"
+    k = out["failed"]["of"] - len(out["failed"]["rounds"])
+    shown = "" if out["ratio"] is None else (f" (the other {k} round{'s' if k != 1 else ''}, without the failed "
+                                             f"ones, read B {label} ×{out['ratio']:.3f})")
     out["text"] = f"failed: {failure_words(out['failed'])}: no speed claim from the remaining rounds{shown}"
 
 
