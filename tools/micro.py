@@ -83,9 +83,21 @@ def _inputs(case: Case, device: torch.device):
     return ql, sl, table.reshape(case.num_reqs, case.blocks_per_seq)
 
 
-def _time_per_call(f, args, device: torch.device, calls: int) -> float:
+def _time_per_call(f, args, device: torch.device, calls: int, events: bool = False) -> float:
+    """Seconds per call over `calls` back-to-back calls. On a GPU with `events`, timed by CUDA events on the device's
+    stream (the stream is idle, so they mark when the host reached them: the calls' host time, waits included)."""
     ql, sl, table = args
     cuda = device.type == "cuda"
+    if cuda and events:
+        stream = torch.cuda.current_stream(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record(stream)
+        for _ in range(calls):
+            f(ql, sl, table, block_size=BLOCK_SIZE, device=device)
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / calls
     if cuda:
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
@@ -96,10 +108,13 @@ def _time_per_call(f, args, device: torch.device, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def run(device: str = "cpu", rounds: int = 15, sample_s: float = 0.004, seed: int = 0, progress=None) -> dict:
+def run(device: str = "cpu", rounds: int = 15, sample_s: float = 0.004, seed: int = 0, progress=None,
+        cases: list[Case] | None = None, events: bool = False) -> dict:
+    """`cases` (default: the full grid of build_cases); `events`: CUDA-event timing on a GPU (perf_counter else)."""
     dev = torch.device(device)
+    events = events and dev.type == "cuda"
     rng = random.Random(seed)
-    cases = build_cases(rng)
+    cases = build_cases(rng) if cases is None else list(cases)
     inputs = [_inputs(c, dev) for c in cases]
     observer = SyncObserver(dev)
     syncs, calls = {}, {}
@@ -118,7 +133,7 @@ def run(device: str = "cpu", rounds: int = 15, sample_s: float = 0.004, seed: in
     for r in range(rounds):
         rng.shuffle(order)
         for i, name in order:
-            samples[i, name].append(_time_per_call(VARIANTS[name], inputs[i], dev, calls[i, name]))
+            samples[i, name].append(_time_per_call(VARIANTS[name], inputs[i], dev, calls[i, name], events))
         if progress:
             progress(r + 1, rounds, time.perf_counter() - t_start)
     rows = []
@@ -138,6 +153,7 @@ def run(device: str = "cpu", rounds: int = 15, sample_s: float = 0.004, seed: in
         "block_size": BLOCK_SIZE,
         "rounds": rounds,
         "sample_s": sample_s,
+        "timer": "cuda-events" if events else "perf_counter",
         "seed": seed,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": [asdict(r) for r in rows],

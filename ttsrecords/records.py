@@ -40,6 +40,8 @@ COMPARISON_SCHEMA = "tts-comparison/2"  # comparison.json (statistics)
 MICRO_SCHEMA = "tts-micro/1"  # results.json of the micro benchmark (tools/micro.py), read by the prediction
 PROGRESS_SCHEMA = "tts-progress/1"  # progress.json of a running A/B run: where it stands (the dashboard reads it)
 SCENARIO_SCHEMA = "tts-scenario/1"  # scenario files (configs/scenarios/*.yaml, a run's and each window's scenario.yaml)
+GPU_CHECK_SCHEMA = "tts-gpu-check/1"  # check.json of make gpu-check (tools/gpu_check.py): steps, budgets, versions
+GPU_AB_SCHEMA = "tts-gpu-ab/1"  # ab.json of make gpu-check: the closed-loop swap A/B (tools/closed_loop.py)
 SIM_PROFILE_DIR = "sim"  # <run>/sim/<config name> (+ .fit.json): the simulator profiles a run used, copied in
 
 
