@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtest.breaker import HEALTH_EVERY_S, HEALTH_TIMEOUT_S, Breaker, utc_clock
 from loadtest.client import GeventTransport, Outcome, run_request
-from loadtest.prompts import REQUEST_KINDS, PayloadCache, PromptSequence, load_corpus, load_voice
+from loadtest.locust_cli import DEFAULT_SCENARIO, one_level
+from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
 from loadtest.provenance import git_revision
 from loadtest.scenario import load_scenario
 from loadtest.scraper import Scraper
+from loadtest.server_info import read_identity, variant_conflict, with_label
 from loadtest.server_process import health, wait_healthy
 from loadtest.shape import (
     CONFIRM,
@@ -41,6 +44,7 @@ from loadtest.shape import (
 )
 from tts_predictor.control import MAX_HOST_DELAY_US, write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
+from ttsrecords.loadrun import LoadManifest, ServerIdentity
 from ttsrecords.records import RUN_SCHEMA, ControlConfirm, ControlWrite, JsonlWriter, RequestRecord, dumps
 from ttsrecords.scenario import Scenario
 
@@ -63,45 +67,14 @@ LOOK_AHEAD_S = 2.0
 # what we send (wrong model name, bad body); the run stops with that cause instead of sending thousands more.
 FAIL_FAST_REQUESTS = 8
 FAIL_FAST_EXIT = 3
+FAILED_EXIT = 3  # the run stopped because the server stopped answering (loadtest.breaker)
+INTERRUPTED_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal, as a shell reports it
 MODELS_TIMEOUT_S = 10.0
+REPORT_TIMEOUT_S = 300.0
 
 
 class TTSFailure(Exception):
     """What Locust shows for a failed request: the client's reason."""
-
-
-def add_options(parser) -> None:
-    """Our options on Locust's own parser (shown in --help and the web UI, sent by the master to workers)."""
-    g = parser.add_argument_group("TTS load test")
-    g.add_argument("--scenario", default="configs/scenarios/default.yaml", help="scenario YAML (configs/scenarios/)")
-    g.add_argument("--mode", choices=["stream", "wav", "scenario"], default="scenario",
-                   help="stream (PCM, TTFA) or wav; default: the scenario's")
-    g.add_argument("--run-dir", default="", help="output folder (default reports/locust-<UTC timestamp>/)")
-    g.add_argument("--metrics-url", default="",
-                   help="comma-separated /metrics URLs to scrape (default <host>/metrics; 'none' disables)")
-    g.add_argument("--seed", type=int, default=-1, help="prompt sequence seed (default: the scenario's)")
-    g.add_argument("--variant", default="", help="variant label written into the records (e.g. original)")
-    g.add_argument("--model", default="",
-                   help=f"model name sent in each request (default: the one <host>/v1/models serves; {MODEL_NAME} "
-                        "when it serves several including that, or does not answer)")
-    g.add_argument("--request", default="base", choices=REQUEST_KINDS,
-                   help="request kind (loadtest.prompts.REQUEST_KINDS; an experiment's `request:`)")
-    g.add_argument("--request-timeout", type=float, default=0.0, help="seconds per request (default: scenario's)")
-    g.add_argument("--ready-timeout", type=float, default=10.0,
-                   help="seconds to wait for <host>/health to answer 200 before the run starts (0: do not check)")
-    g.add_argument("--control", default="",
-                   help="the server's control file (tts_predictor.control): the scenario's count phases switch the sync "
-                        "observer on and off in it and name --variant (the A/B runner's hot swap); without it there "
-                        "are no count phases")
-    g.add_argument("--control-epoch", type=int, default=0,
-                   help="epoch base of this run's control writes (each level writes base+2i+1 and base+2i+2)")
-    g.add_argument("--control-sim", default="",
-                   help='JSON object written as the control file\'s "sim" settings (the simulator\'s hot-swappable '
-                        'known-answer delays, e.g. {"model.extra_step_pct": 1.0}; the A/B runner sets it)')
-    g.add_argument("--control-host-delay-us", type=float, default=0.0,
-                   help="the plugin's positive control, written into every control write as host_delay_us: a fixed "
-                        "extra host delay per build_attn_metadata call (the A/B runner sets it for an arm that carries "
-                        "it)")
 
 
 def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.sleep, check=health) -> None:
@@ -191,6 +164,13 @@ class Session:
         self._flush_sent = False
         self._fail_fast = FailFast()
         self.aborted: str | None = None  # why the run stops early (the shape ends at its next tick)
+        self.status: str | None = None  # failed | interrupted once decided; complete when the schedule ran out
+        self.stopped: float | None = None  # when the cause was seen
+        self.completed = False  # the schedule ran to its end
+        self.breaker: Breaker | None = None
+        self.server = ServerIdentity()
+        self.level_from: str | None = None  # the line that said how -u/-r/-t became the run's level
+        self._health = None  # the greenlet that looks at /health
         if role in ("local", "master"):
             self._prepare_run()
 
@@ -198,7 +178,7 @@ class Session:
 
     def _prepare_run(self) -> None:
         o = self.opts
-        scenario = load_scenario(o.scenario)  # ScenarioError: caller turns it into a clear exit
+        scenario = self._scenario(o)  # ScenarioError: caller turns it into a clear exit
         mode = scenario.mode if o.mode in ("", "scenario", None) else o.mode
         seed = scenario.seed if o.seed is None or o.seed < 0 else o.seed
         run_dir = o.run_dir or os.path.join("reports", f"locust-{utc_stamp()}")
@@ -239,13 +219,16 @@ class Session:
                              f"{MAX_HOST_DELAY_US} (microseconds)")
         if o.ready_timeout:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
+        variant = self._variant(o, targets, control)  # ValueError: --variant names another variant than the server's
         model = o.model
         if not model:
             model, why = served_model(host)
             log.info("model: %s", why)
+        if not getattr(o, "keep_going", False):
+            self.breaker = Breaker()
         self.run = {
             "run_id": Path(run_dir).name, "run_dir": run_dir, "scenario": scenario.to_dict(), "mode": mode,
-            "seed": seed, "variant": o.variant or None, "model": model, "request": o.request, "host": host, "metrics_urls": targets,
+            "seed": seed, "variant": variant, "model": model, "request": o.request, "host": host, "metrics_urls": targets,
             "timeout_s": scenario.request_limit_s(o.request_timeout), "control": control,
             "control_epoch": o.control_epoch if control else None, "control_sim": control_sim,
             "control_host_delay_us": delay_us or None,
@@ -259,6 +242,33 @@ class Session:
             # is recorded with the phase it started in. Killed mid-request, it would vanish from the measure window
             # it ran in and bias that window's throughput low (seen: -25 % at c=64 when a lower level followed).
             self.env.stop_timeout = self.run["timeout_s"]
+
+    def _scenario(self, o) -> Scenario:
+        """--scenario; else one level from Locust's -u/-r/-t (said in one line); else the default sweep."""
+        if o.scenario:
+            return load_scenario(o.scenario)
+        users, rate, run_time = o.num_users, o.spawn_rate, o.run_time
+        if users is None and rate is None and run_time is None:
+            return load_scenario(DEFAULT_SCENARIO)
+        scenario, self.level_from = one_level(load_scenario(DEFAULT_SCENARIO), users, rate, run_time)
+        o.run_time = None  # the shape ends the run (Locust would add a timer of its own after the shape)
+        print(self.level_from, file=sys.stderr, flush=True)
+        return scenario
+
+    def _variant(self, o, targets: list[str], control: str | None) -> str | None:
+        """The variant label of the records: the server's own (its /metrics), --variant only where the server reports
+        none or this run switches it (--control). --variant that names another variant than the server: ValueError."""
+        if control is not None:  # the count phases write --variant into the control file: the run sets the variant
+            self.server = read_identity(targets[0] if targets else None)
+            return o.variant
+        ident = read_identity(targets[0] if targets else None)
+        conflict = variant_conflict(o.variant or None, ident)
+        if conflict:
+            raise ValueError(conflict)
+        self.server, label = with_label(ident, o.variant or None)
+        log.info("server: variant %s (%s), %s, backend %s", self.server.variant, self.server.variant_source,
+                 self.server.version, self.server.backend)
+        return label
 
     def _adopt(self, run: dict[str, Any]) -> None:
         """Build the per-process request machinery from the run description (workers get it by message)."""
@@ -308,6 +318,7 @@ class Session:
             self._open_writers()
             if self.role == "local":
                 self._adopt(self.run)
+            self._watch_health()
         ready = self._phase_ready if self.edges is not None and not self.aborted else None
         cur, t = self.tracker.current, run_time - self.hold.held_s
         if ready is not None and cur is not None and cur.phase == "count" and t >= cur.ends - LOOK_AHEAD_S:
@@ -327,6 +338,7 @@ class Session:
             if self.role == "master" and phase is not None:
                 self.env.runner.send_message(MSG_PHASE, {"run": self.run, "phase": phase.to_dict()})
         if phase is None or self.aborted:
+            self.completed = self.completed or (phase is None and not self.aborted)
             self.flush_workers()  # headless Locust quits without telling workers to stop first
             return None
         return phase.users, self.scenario.spawn_rate
@@ -471,23 +483,65 @@ class Session:
         return rec
 
     def _watch(self, ok: bool, status: int | None, error: str | None) -> None:
-        """Local/master: stop the run, one line and a non-zero exit, when its first requests all failed alike."""
+        """Local/master: stop the run, one line and a non-zero exit, when its first requests all failed alike, or when
+        the server stopped answering (loadtest.breaker)."""
         cause = self._fail_fast.add(bool(ok), status, error)
-        if cause is None:
+        if cause is not None:
+            self.fail(f"{cause} (model {self.run['model']!r}, host {self.run['host']})", FAIL_FAST_EXIT)
             return
-        self.aborted = cause
-        print(f"error: {cause} (model {self.run['model']!r}, host {self.run['host']}); stopping", file=sys.stderr,
-              flush=True)
-        self.env.process_exit_code = FAIL_FAST_EXIT
+        if self.breaker is not None:
+            cause = self.breaker.add(bool(ok), status, error)
+            if cause is not None:
+                self.fail(cause, FAILED_EXIT)
+
+    def fail(self, cause: str, code: int) -> None:
+        """Stop the run as failed: one line, the shape ends at its next tick, the records so far stay."""
+        if self.aborted:
+            return
+        self.aborted, self.status, self.stopped = cause, "failed", time.time()
+        print(f"error: {cause}; stopping the run (every record so far is kept in {self.run['run_dir']})",
+              file=sys.stderr, flush=True)
+        self.env.process_exit_code = code
+
+    def interrupt(self, signame: str) -> bool:
+        """SIGTERM / Ctrl-C during a run: stop as interrupted (in-flight requests finish and are recorded). False when
+        no run is going on (the caller lets Locust handle the signal)."""
+        if self.started is None or self.finished or self.role == "worker":
+            return False
+        if not self.aborted:
+            self.aborted, self.status, self.stopped = f"interrupted by {signame} at {utc_clock(time.time())}", \
+                "interrupted", time.time()
+            print(f"{self.aborted}: stopping the run; requests in flight finish and are recorded "
+                  f"(in {self.run['run_dir']})", file=sys.stderr, flush=True)
+        self.env.process_exit_code = INTERRUPTED_EXIT.get(signame, 130)
+        return True
+
+    def _watch_health(self) -> None:
+        """Local/master: look at <host>/health every HEALTH_EVERY_S while the run goes on (the breaker's third rule).
+        A slow answer is no verdict (a busy server may take long); a refused or non-200 one counts."""
+        if self.breaker is None or self._health is not None or not self.run.get("host"):
+            return
+        import gevent
+
+        def loop() -> None:
+            while not self.finished and not self.aborted:
+                gevent.sleep(HEALTH_EVERY_S)
+                ok, why = health(self.run["host"], HEALTH_TIMEOUT_S)
+                if not ok and "timeout" in why.lower():
+                    continue
+                cause = self.breaker.health(ok, why)
+                if cause is not None:
+                    self.fail(cause, FAILED_EXIT)
+
+        self._health = gevent.spawn(loop)
 
     def _report(self, rec: RequestRecord) -> None:
+        """One entry per request in Locust's table (its end-to-end time); time to first audio, RTF and continuity
+        are in the records, the summary printed at the end and the load-run report."""
         name = f"{rec.mode} c={rec.concurrency}" if rec.phase == "measure" else f"{rec.mode} ({rec.phase})"
-        fire = self.env.events.request.fire
-        fire(request_type="SPEECH", name=name, response_time=(rec.e2e_s or 0.0) * 1000.0,
-             response_length=rec.bytes, exception=None if rec.ok else TTSFailure(rec.error), context={})
-        if rec.ok and rec.mode == "stream" and rec.ttfa_s is not None:
-            fire(request_type="TTFA", name=name, response_time=rec.ttfa_s * 1000.0, response_length=0,
-                 exception=None, context={})
+        self.env.events.request.fire(request_type="SPEECH", name=name, response_time=(rec.e2e_s or 0.0) * 1000.0,
+                                     response_length=rec.bytes, exception=None if rec.ok else TTSFailure(rec.error),
+                                     context={"ttfa_s": rec.ttfa_s})
 
     def tracked_request(self, transport) -> None:
         self.inflight += 1
@@ -520,22 +574,24 @@ class Session:
         if self.role == "master":
             self.flush_workers()
             self.wait_for_workers()
-        manifest = {
-            "schema": RUN_SCHEMA,
-            **{k: self.run.get(k) for k in ("run_id", "mode", "seed", "variant", "model", "host", "metrics_urls",
-                                             "timeout_s", "control", "control_epoch")},
-            "role": "distributed" if self.role == "master" else "local",
-            "scenario": self.run["scenario"],
-            "started": self.started,
-            "ended": time.time(),
-            "git_revision": git_revision(),
-            "locust_version": _locust_version(),
-            "argv": sys.argv,
-            "workers": self.workers if self.role == "master" else {"local": {"label": "local"}},
-            "phase_holds_s": self.hold.record(),
-            "requests_lines": self.requests_writer.lines if self.requests_writer else 0,
-            "counters_lines": self.counters_writer.lines if self.counters_writer else 0,
-        }
+        if self.status is None:
+            self.status = "complete" if self.completed else "interrupted"
+            if self.status == "interrupted":  # Locust quit before the schedule ended (web UI stop, a quit)
+                self.aborted, self.stopped = "stopped before the schedule ended (Locust quit)", time.time()
+                self.env.process_exit_code = self.env.process_exit_code or INTERRUPTED_EXIT["SIGINT"]
+        manifest = LoadManifest(
+            schema=RUN_SCHEMA, **{k: self.run.get(k) for k in ("run_id", "mode", "seed", "variant", "model", "host",
+                                                                "timeout_s", "control", "control_epoch")},
+            metrics_urls=list(self.run.get("metrics_urls") or []), status=self.status,
+            reason=self.aborted if self.status != "complete" else None, stopped=self.stopped, server=self.server,
+            level_from=self.level_from, role="distributed" if self.role == "master" else "local",
+            scenario=self.run["scenario"], started=self.started, ended=time.time(), git_revision=git_revision(),
+            locust_version=_locust_version(), argv=list(sys.argv),
+            workers=self.workers if self.role == "master" else {"local": {"label": "local"}},
+            phase_holds_s=self.hold.record(),
+            requests_lines=self.requests_writer.lines if self.requests_writer else 0,
+            counters_lines=self.counters_writer.lines if self.counters_writer else 0,
+        ).to_dict()
         run_dir = Path(self.run["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "manifest.json").write_text(dumps(manifest) + "\n")
@@ -543,6 +599,27 @@ class Session:
             if w is not None:
                 w.close()
         log.info("run folder: %s (%d request records)", run_dir, manifest["requests_lines"])
+        if not getattr(self.opts, "no_report", False):
+            self._load_report(run_dir)
+
+    def _load_report(self, run_dir: Path) -> None:
+        """The load-run report, built by `python -m ttsreport <run>` as a process (the load side never imports the
+        statistics), and its short summary printed with the report's path; a failure is one line, never a crash."""
+        import subprocess
+
+        try:
+            p = subprocess.run([sys.executable, "-m", "ttsreport", str(run_dir.resolve()), "--summary"], capture_output=True,
+                               text=True, timeout=REPORT_TIMEOUT_S,
+                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"error: the load-run report of {run_dir} was not built ({type(e).__name__}); "
+                  f"make report RUN={run_dir}", file=sys.stderr, flush=True)
+            return
+        if p.returncode != 0:
+            why = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            print(f"error: the load-run report of {run_dir} was not built: {why}", file=sys.stderr, flush=True)
+            return
+        print(p.stdout.rstrip("\n"), flush=True)
 
 
 class EdgeRunner:

@@ -1,10 +1,13 @@
-"""Locustfile of the TTS load test: `locust -f loadtest/tts.py --host http://HOST:PORT [--scenario ...]`.
+"""Locustfile of the TTS load test: `locust -f loadtest/tts.py --host http://HOST:PORT [-u N -t 30s | --scenario ...]`.
 
-Wiring only: options, a user class and a load shape hooked to loadtest.session, where the logic lives.
+Wiring only: options (loadtest.locust_cli), a user class and a load shape hooked to loadtest.session, where the logic
+lives. `python loadtest/tts.py --help` prints Locust's help with the suite's options (Locust's own --help does not
+read the locustfile).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -16,6 +19,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from any cwd
 
+from loadtest.locust_cli import add_options  # noqa: E402
 from loadtest.session import (  # noqa: E402
     CONNECT_BACKOFF_S,
     MSG_FLUSH,
@@ -23,11 +27,21 @@ from loadtest.session import (  # noqa: E402
     MSG_RECORDS,
     SHIP_INTERVAL_S,
     Session,
-    add_options,
 )
 from ttsrecords.scenario import ScenarioError  # noqa: E402
 
 _session: Session | None = None
+
+
+class _OncePerRun(logging.Filter):
+    """Locust warns at every level that starts all its users at once (the scenario's spawn rate): the levels do that
+    on purpose, so the warning is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+logging.getLogger("locust.runners").addFilter(_OncePerRun())
 
 
 @events.init_command_line_parser.add_listener
@@ -43,10 +57,13 @@ def _init(environment, runner=None, **_kw):
         _session = Session(environment, role)
     except (ScenarioError, ValueError, OSError) as e:
         raise SystemExit(f"error: {e}") from None
-    if role != "worker":
-        # Locust 2.47 installs its own SIGTERM handler only after a shape run returns: a SIGTERM during the run would
-        # kill the process with no manifest. Until then, treat SIGTERM as Ctrl-C, which Locust handles (stop, flush).
-        gevent.signal_handler(signal.SIGTERM, lambda: os.kill(os.getpid(), signal.SIGINT))
+    if role != "worker" and environment.parsed_options.headless:
+        # SIGTERM / Ctrl-C during a headless run: the shape ends at its next tick, in-flight requests finish, the
+        # manifest says interrupted, the exit code is non-zero, no traceback. (Locust 2.47 installs its own SIGTERM
+        # handler only after a headless shape run returns; the web UI keeps Locust's own handling, and a run stopped
+        # there is marked interrupted when Locust quits before its schedule ended.)
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            gevent.signal_handler(sig, _on_signal, name)
     if role == "master":
         runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _session.on_records_message(msg.node_id,
                                                                                                           msg.data))
@@ -65,6 +82,12 @@ def _init(environment, runner=None, **_kw):
                 _session.ship()
 
         gevent.spawn(ship_loop)
+
+
+def _on_signal(name: str) -> None:
+    """A headless run stops as interrupted; before it starts or once it is finishing there is nothing to stop."""
+    if _session is not None:
+        _session.interrupt(name)
 
 
 @events.test_start.add_listener
@@ -131,7 +154,16 @@ class TTSUser(User):
 
 class TTSShape(LoadTestShape):
     """Levels of the scenario, each count (with --control) / warm-up / measure / drain; the schedule itself is
-    loadtest.shape.Schedule, the edge actions loadtest.shape.edge_actions."""
+    loadtest.shape.Schedule, the edge actions loadtest.shape.edge_actions. It reads Locust's -u/-r/-t itself (one
+    level: loadtest.locust_cli.one_level)."""
+
+    use_common_options = True
 
     def tick(self):
         return _session.tick(self.get_run_time())
+
+
+if __name__ == "__main__":  # `python loadtest/tts.py --help`: Locust's help with the suite's options
+    from locust.argument_parser import get_parser
+
+    get_parser().parse_args(sys.argv[1:] or ["--help"])

@@ -1,5 +1,8 @@
 """`python -m ttsreport reports/<run>`: rebuild statistics and report from the stored files (partial runs too).
 
+A plain Locust run (`locust -f loadtest/tts.py`, no A/B windows) gets its own load-run page (ttsreport.loadpage), not
+the A/B report; `--summary` prints its short summary before the page's path (what Locust prints when it ends).
+
 `--look` appends the sequential rule's decision after the rounds so far to <run>/looks.jsonl (the runner's stop
 signal) and prints it; `--plan` writes <run>/plan.json from a nested pilot. Bad input: one line on stderr, exit 2;
 any other failure of the analysis: one line, exit 1.
@@ -13,6 +16,8 @@ import sys
 from pathlib import Path
 
 from .analysis import Options, write_statistics
+from .loadpage import summary_text, write_load_report
+from .loadrun import is_load_run
 from .looks import append_look, look
 from .looks import one_line as look_line
 from .pilot import one_line as plan_line
@@ -32,6 +37,8 @@ def main(argv=None) -> int:
     what = ap.add_mutually_exclusive_group()
     what.add_argument("--look", action="store_true", help="sequential look: append one line to <run>/looks.jsonl")
     what.add_argument("--plan", action="store_true", help="plan S starts x W window pairs from a nested pilot")
+    ap.add_argument("--summary", action="store_true",
+                    help="a plain Locust run: print its short summary before the report's path")
     ap.add_argument("--target-halfwidth-pct", type=float, default=1.0,
                     help="with --plan: the interval half-width to reach, in %% (default 1)")
     a = ap.parse_args(argv)
@@ -40,6 +47,10 @@ def main(argv=None) -> int:
         print(f"error: {run} is not a folder", file=sys.stderr)
         return 2
     try:
+        if is_load_run(run) and not (a.look or a.plan):
+            index, nums = write_load_report(run)
+            print(summary_text(nums, index) if a.summary else index)
+            return 0
         if a.look:
             line = look(run, margin_pct=a.margin_pct, confidence=a.confidence)
             append_look(run, line)
