@@ -38,7 +38,7 @@ CONFIDENCE ?=
 PRIMARY_METRIC ?=
 TEST_JOBS ?= 2
 
-.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-real-030 test-upstream bench-sim sim-vs-real bench-load soak faults-table clean
+.PHONY: help venv test test-fast lint micro serve preflight load ab demo report test-engine test-real test-real-030 test-upstream bench-sim sim-vs-real bench-load soak faults-table gpu-check gpu-wheels clean
 
 help:
 	@echo "make demo      short A/B (original vs fixed, plus A/A) on the simulator; prints the report path. One server"
@@ -54,10 +54,14 @@ help:
 	@echo "               [MARGIN_PCT=1 CONFIDENCE=0.95 PRIMARY_METRIC=...] (pre-registered analysis, in the manifest) [OUT=reports]"
 	@echo "               SCENARIO=... [SIM_SET='k=v ...'] [B_SIM_SET='model.extra_step_pct=1' (known answer)] [RESUME=reports/<run>]"
 	@echo "make load      the smoke scenario through Locust against a running server (HOST=http://127.0.0.1:8091)"
+	@echo "               [VARIANT=v: a check against the variant the server reports]"
 	@echo "make report    RUN=reports/<run>: rebuild the report from stored files"
 	@echo "make dashboard every run under reports/ in one page -> reports/index.html; SERVE=1 [DASHBOARD_PORT=8765]: live on 127.0.0.1"
 	@echo "make bench-sim / bench-load   simulator fidelity / load-generator overhead benchmarks (reports/bench/)"
 	@echo "make soak / faults-table      long soak / every fault through Locust and the A/B runner (reports/bench/)"
+	@echo "make gpu-check [DEVICE=cpu|cuda] [OUT=dir]  on a bare GPU machine, no network: variants, syncs, micro vs PR #1614,"
+	@echo "               a short simulated A/B -> reports/gpu/<UTC>/ (docs/gpu-host.md); DEVICE=cpu: the same here (~4 min)"
+	@echo "make gpu-wheels the wheels gpu-check installs offline (scripts/gpu-check-wheels.txt) -> .gpu-wheels/ (network)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -96,8 +100,10 @@ preflight: $(STAMP)
 
 HOST ?= http://127.0.0.1:$(PORT)
 LOAD_SCENARIO ?= configs/scenarios/smoke.yaml
+# the records carry the variant the server reports on /metrics; VARIANT, when given, is a check (another one: refused)
 load: $(STAMP)
-	$(VENV)/bin/locust -f loadtest/tts.py --headless --host $(HOST) --scenario $(LOAD_SCENARIO) --variant $(VARIANT)
+	$(VENV)/bin/locust -f loadtest/tts.py --headless --host $(HOST) --scenario $(LOAD_SCENARIO) \
+		$(if $(filter command line environment,$(origin VARIANT)),--variant $(VARIANT),)
 
 bench-sim: $(STAMP)
 	$(PY) -m tools.bench_sim $(if $(QUICK),--quick,)
@@ -163,6 +169,14 @@ test-real-030: $(STAMP)
 # 0.30.0 (and 0.16.0 / 0.32.0rc1 sources); own cached venv (docs/versions.md)
 test-upstream:
 	bash tests/upstream/run.sh
+
+# A GPU machine without network or a venv (docs/gpu-host.md, "The GPU check"): the script uses the image's Python
+# and installs what it lacks from .gpu-wheels/; only DEVICE=cpu (here) builds .venv first.
+gpu-check: $(if $(filter cpu,$(DEVICE)),$(STAMP),)
+	bash scripts/gpu-check.sh --device $(DEVICE) $(if $(OUT),--out $(OUT),)
+
+gpu-wheels: $(STAMP)
+	bash scripts/gpu-check.sh --fetch-wheels
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -89,7 +89,7 @@ def _nvidia_smi() -> dict:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return {"available": False, "note": "nvidia-smi not on PATH"}
-    q = "name,driver_version,memory.total,pci.bus_id,compute_cap"
+    q = "name,driver_version,memory.total,pci.bus_id"  # fields every driver knows (compute capability: from torch)
     try:
         out = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True,
                              timeout=15)
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", help="cuda[:N] (default) or cpu")
     p.add_argument("--out", default=None, help="output folder (default reports/gpu/<UTC>)")
     p.add_argument("--ab-rounds", type=int, default=3, help="A/B rounds (2 windows each; default 3)")
-    p.add_argument("--micro-rounds", type=int, default=None, help="interleaved micro rounds (default 15 cuda, 5 cpu)")
+    p.add_argument("--micro-rounds", type=int, default=None, help="interleaved micro rounds (default 51 cuda, 21 cpu)")
     a = p.parse_args(argv)
     if not (a.device == "cpu" or a.device.startswith("cuda")):
         print(f"error: --device must be cpu or cuda[:N], got {a.device!r}", file=sys.stderr)
@@ -333,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.ab_rounds < 1 or (a.micro_rounds is not None and a.micro_rounds < 1):
         print("error: --ab-rounds and --micro-rounds must be >= 1", file=sys.stderr)
         return 2
+    # the shell's timeout sends SIGTERM: unwind (the A/B's finally stops its simulator) instead of dying in place
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     dev = torch.device(a.device)
-    if dev.type == "cuda":
+    if dev.index is not None:  # cuda:N; plain "cuda" is the current device (set_device refuses a device without index)
         torch.cuda.set_device(dev)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(a.out) if a.out else ROOT / "reports" / "gpu" / stamp
@@ -350,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
              run_step("equivalence", BUDGETS["equivalence"], lambda: step_equivalence(dev)),
              run_step("syncs", BUDGETS["syncs"], lambda: step_syncs(dev)),
              run_step("micro", BUDGETS["micro"], lambda: step_micro(
-                 dev, a.micro_rounds or (15 if cuda else 5), 0.004 if cuda else 0.002)),
+                 dev, a.micro_rounds or (51 if cuda else 21), 0.004 if cuda else 0.002)),
              run_step("ab", BUDGETS["ab"], lambda: step_ab(dev, out, a.ab_rounds, BUDGETS["ab"]))]
     by = {s["name"]: s for s in steps}
     variants = {"equivalence": by["equivalence"].pop("data"), "syncs": by["syncs"].pop("data")}
