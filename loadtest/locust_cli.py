@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from loadtest.prompts import REQUEST_KINDS
@@ -120,6 +121,14 @@ def check(o) -> str | None:
     if o.variant and o.variant not in VARIANT_NAMES:
         return f"unknown --variant {o.variant!r} (known: {', '.join(VARIANT_NAMES)})"
     return None
+
+
+def anchored(scenario: Scenario) -> Scenario:
+    """The default scenario's prompt corpus and voice found from any working directory (they are repository paths)."""
+    def at_root(path: str) -> str:
+        return path if Path(path).is_absolute() or Path(path).exists() else str(ROOT / path)
+
+    return replace(scenario, prompts=at_root(scenario.prompts), voice=at_root(scenario.voice))
 
 
 def one_level(base: Scenario, users: int | None, spawn_rate: float | None, run_time_s: float | None

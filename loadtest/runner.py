@@ -84,7 +84,8 @@ def locust_cmd(bdir: Path, url: str, variant: str | None, control: Path | None, 
     cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
            "--host", url, "--scenario", str(bdir / "scenario.yaml"), "--run-dir", str(bdir),
            "--metrics-url", url + "/metrics", "--csv", str(bdir / "locust"),
-           "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0"]
+           "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
+           "--keep-going", "--no-report"]  # the runner judges a failing window and builds the run's report itself
     if variant:
         cmd += ["--variant", variant]
     if control is not None:

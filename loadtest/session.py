@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from loadtest.breaker import HEALTH_EVERY_S, HEALTH_TIMEOUT_S, Breaker, utc_clock
 from loadtest.client import GeventTransport, Outcome, run_request
-from loadtest.locust_cli import DEFAULT_SCENARIO, one_level
+from loadtest.locust_cli import DEFAULT_SCENARIO, anchored, one_level
 from loadtest.prompts import PayloadCache, PromptSequence, load_corpus, load_voice
 from loadtest.provenance import git_revision
 from loadtest.scenario import load_scenario
@@ -71,6 +71,9 @@ FAILED_EXIT = 3  # the run stopped because the server stopped answering (loadtes
 INTERRUPTED_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal, as a shell reports it
 MODELS_TIMEOUT_S = 10.0
 REPORT_TIMEOUT_S = 300.0
+# SIGTERM / Ctrl-C: requests in flight get this long to finish and be recorded, then the users are stopped (a normal
+# end waits up to the request timeout; an operator who interrupts wants the prompt back).
+INTERRUPT_GRACE_S = 5.0
 
 
 class TTSFailure(Exception):
@@ -249,8 +252,8 @@ class Session:
             return load_scenario(o.scenario)
         users, rate, run_time = o.num_users, o.spawn_rate, o.run_time
         if users is None and rate is None and run_time is None:
-            return load_scenario(DEFAULT_SCENARIO)
-        scenario, self.level_from = one_level(load_scenario(DEFAULT_SCENARIO), users, rate, run_time)
+            return anchored(load_scenario(DEFAULT_SCENARIO))
+        scenario, self.level_from = one_level(anchored(load_scenario(DEFAULT_SCENARIO)), users, rate, run_time)
         o.run_time = None  # the shape ends the run (Locust would add a timer of its own after the shape)
         print(self.level_from, file=sys.stderr, flush=True)
         return scenario
@@ -511,8 +514,9 @@ class Session:
         if not self.aborted:
             self.aborted, self.status, self.stopped = f"interrupted by {signame} at {utc_clock(time.time())}", \
                 "interrupted", time.time()
-            print(f"{self.aborted}: stopping the run; requests in flight finish and are recorded "
-                  f"(in {self.run['run_dir']})", file=sys.stderr, flush=True)
+            print(f"{self.aborted}: stopping the run; requests in flight get {INTERRUPT_GRACE_S:g} s to finish and "
+                  f"be recorded (in {self.run['run_dir']})", file=sys.stderr, flush=True)
+            self.env.stop_timeout = min(self.env.stop_timeout or INTERRUPT_GRACE_S, INTERRUPT_GRACE_S)
         self.env.process_exit_code = INTERRUPTED_EXIT.get(signame, 130)
         return True
 

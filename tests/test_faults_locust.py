@@ -41,7 +41,9 @@ def test_killed_mid_step(tmp_path):
         run = WatchedRun(sim.url, scen, tmp_path / "run").run(timeout_s=45)
         assert sim.proc.wait(5) == -9
     recs = run.check_kept()
-    assert run.returncode == 1  # Locust's exit code when requests failed: a script sees the failure
+    assert run.returncode == 3  # the run stopped because the server stopped answering (loadtest.breaker)
+    man = json.loads((run.run_dir / "manifest.json").read_text())
+    assert man["status"] == "failed" and "stopped answering" in man["reason"] and "refused" in man["reason"].lower()
     ok = [r for r in recs if r["ok"]]
     bad = [r for r in recs if not r["ok"]]
     assert ok and bad
@@ -54,7 +56,7 @@ def test_killed_mid_step(tmp_path):
     assert kinds["connect"] <= 4 * (4.0 / 0.25 + 2), kinds["connect"]
     assert any("refused" in r["error"].lower() for r in bad)
     end = [c for c in run.run_dir.joinpath("counters.jsonl").read_text().splitlines() if '"edge":"end"' in c]
-    assert end and all('"ok":false' in c and '"error":"' in c for c in end)  # the dead server's scrape is a record
+    assert all('"ok":false' in c and '"error":"' in c for c in end)  # a dead server's scrape is a failed record
 
 
 def test_hung_server_bounded_by_request_timeout(tmp_path):
@@ -64,9 +66,10 @@ def test_hung_server_bounded_by_request_timeout(tmp_path):
         run = WatchedRun(sim.url, scen, tmp_path / "run", "--request-timeout", "1.5").run(timeout_s=45)
         assert sim.proc.poll() is None  # still alive, just silent
     recs = run.check_kept()
-    assert run.returncode == 1
+    assert run.returncode == 3  # 5 requests unanswered, none answered between them: the run stops and says so
     bad = [r for r in recs if not r["ok"]]
     assert bad and all(r["error"].startswith("no response: ") and "timed out" in r["error"] for r in bad), bad[:3]
+    assert json.loads((run.run_dir / "manifest.json").read_text())["status"] == "failed"
     # each waited for the 1.5 s flag, never the scenario's 600 s (the upper bound leaves room for a loaded box)
     assert all(1.4 <= r["e2e_s"] <= 15.0 for r in bad), [r["e2e_s"] for r in bad]
     assert sum(r["ok"] for r in recs) <= 6
@@ -187,11 +190,11 @@ def test_signal_mid_run_keeps_every_record(tmp_path, sig):
                 proc.kill()
                 proc.wait(5)
     # stops on its own (a hung Locust would run the 20 s measure phase out), and not -15: SIGTERM must not kill Locust
-    # before it writes its manifest
-    assert took < 20 and rc in (0, 1), rc
+    # before it writes its manifest; the exit code says it was interrupted (128 + the signal)
+    assert took < 20 and rc == 128 + sig, rc
     recs = intact_lines(run_dir / "requests.jsonl")
     final = (run_dir / "requests.jsonl").read_text().split("\n")[:-1]
     assert final[: len(before)] == before
     man = json.loads((run_dir / "manifest.json").read_text())
-    assert man["requests_lines"] == len(recs) and man["ended"] < time.time()
+    assert man["requests_lines"] == len(recs) and man["ended"] < time.time() and man["status"] == "interrupted"
     intact_lines(run_dir / "counters.jsonl")

@@ -26,6 +26,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ttsrecords import records as rec
+from ttsrecords.loadrun import NOT_REPORTED, read_load_manifest
 from ttsrecords.manifest import read_manifest
 from ttsrecords.runsettings import LOOK_LOG
 from ttsrecords.windows import manifest_windows
@@ -259,14 +260,32 @@ def read_locust(folder: Path, root: Path, man: dict | None) -> Run:
         run.status = "running, or stopped before writing manifest.json"
         run.link = _rel(folder, root) + "/"
         return run
-    run.date = _iso(man.get("started"))
-    run.experiment = f"{man.get('variant') or 'server'} against {man.get('host')}"
-    run.arms = man.get("variant")
-    run.git = man.get("git_revision")
-    scen = man.get("scenario")
+    lm = read_load_manifest(man, f"{folder}/manifest.json")
+    run.date = _iso(lm.started)
+    run.experiment = f"{lm.variant or 'server'} against {lm.host}"
+    run.arms = lm.variant
+    run.git = lm.git_revision
+    scen = lm.scenario
     run.scenario = scen.get("name") if isinstance(scen, dict) else scen
-    run.notes.append(f"{man.get('requests_lines')} request records")
+    run.status = lm.status
+    if lm.server.backend != NOT_REPORTED:  # what the server said it is (runs before that: not recorded)
+        run.backend, run.backend_words = _backend("sim" if lm.server.backend == "simulated" else
+                                                  "vllm-cpu" if lm.server.device == "cpu" else "vllm")
+    if lm.server.version != NOT_REPORTED:
+        run.server = lm.server.version
+    if lm.status != "complete" and lm.reason:
+        run.notes.append(f"{lm.status}: {lm.reason}")
+    run.notes.append(f"{lm.requests_lines} request records")
+    failed = _failure_kinds(folder / "requests.jsonl")
+    if failed:
+        run.notes.append("failed requests: " + ", ".join(f"{k} ({n})" for k, n in failed.items()))
     return run
+
+
+def _failure_kinds(path: Path, top: int = 3) -> dict[str, int]:
+    """The most frequent kinds of failed request in a Locust run's records (the dashboard's failure reasons)."""
+    rows, _ = rec.read_jsonl(path, rec.REQUEST_SCHEMA)
+    return dict(list(rec.error_counts(rows).items())[:top])
 
 
 def read_preflight(folder: Path, root: Path) -> Run:
