@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, run
 from tools import closed_loop, gpu_check
 from tts_predictor.metrics import expected_syncs, syncs_per_call, syncs_per_step
-from ttsrecords.records import GPU_AB_SCHEMA, GPU_CHECK_SCHEMA, MICRO_SCHEMA, read_jsonl
+from ttsrecords.records import GPU_AB_SCHEMA, GPU_CHECK_SCHEMA, MICRO_SCHEMA, REQUEST_SCHEMA, read_jsonl
 from ttsreport.inference import KINDS
 
 
@@ -105,7 +105,8 @@ def test_cpu_check_ab_is_analysed_with_a_verdict_per_level(cpu_check):
         for c in ("8", "64"):
             lvl = w["levels"][c]
             assert lvl["n_ok"] > 0 and lvl["audio_throughput"] > 0 and lvl["e2e_p50"] > 0
-    records = read_jsonl(out / "ab-requests.jsonl")
+    records, notes = read_jsonl(out / "ab-requests.jsonl", schema=REQUEST_SCHEMA)
+    assert notes == []
     assert {r["run_id"] for r in records} == {w["id"] for w in ab["windows"]}
     assert sum(r["ok"] for r in records) / len(records) > 0.95
     summary = (out / "summary.md").read_text()
