@@ -119,7 +119,7 @@ def check(o) -> str | None:
     if getattr(o, "spawn_rate", None) is not None and o.spawn_rate <= 0:
         return f"-r/--spawn-rate must be above 0, got {o.spawn_rate:g}"
     if o.variant and o.variant not in VARIANT_NAMES:
-        return f"unknown --variant {o.variant!r} (known: {', '.join(VARIANT_NAMES)})"
+        return f"unknown variant {o.variant!r} in --variant (known: {', '.join(VARIANT_NAMES)})"
     return None
 
 

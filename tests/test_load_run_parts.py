@@ -76,7 +76,7 @@ def opts(**kw):
     ({"num_users": 4, "scenario": "x.yaml"}, "-u/--users with --scenario"),
     ({"run_time": 30, "spawn_rate": 2.0, "scenario": "x.yaml"}, "-r/--spawn-rate, -t/--run-time with --scenario"),
     ({"num_users": 0}, "at least 1"),
-    ({"variant": "fast"}, "unknown --variant"),
+    ({"variant": "fast"}, "unknown variant"),
 ])
 def test_options_refused(kw, needle):
     assert needle in check(opts(**kw))
