@@ -97,8 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--measure-s", type=float, help="override the scenario's measure phase per level")
     g.add_argument("--drain-s", type=float, help="override the scenario's drain per level")
     g.add_argument("--levels", help="override the concurrency levels, e.g. 8,64")
-    g.add_argument("--last-drain-s", type=float, help="drain after the last level of each window only (requests still "
-                   "running when Locust stops are never recorded, so the last level's latencies need it)")
+    g.add_argument("--last-drain-s", type=float, help="drain of the scenario's last-listed level only (a drain goes "
+                   "with its level: it lets the level's measured requests finish under its own load)")
     g.add_argument("--scenario-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a top-level scenario key (YAML value), e.g. 'mix={short: 1}'")
     g.add_argument("--request-timeout", type=float, default=None,

@@ -46,6 +46,18 @@ PILOT = {"starts": 2, "window_pairs": 2, "aa_rounds": 0}  # `make ab PILOT=1`: a
 # --- the experiment of a run -----------------------------------------------------------------------------------
 
 
+def window_problems(sc, arms: dict[str, ex.Arm]) -> list[str]:
+    """What in a closed-loop scenario's phases is too short for the requests of these arms, as their simulator
+    stand-ins predict them (loadtest.window_fit); empty when an arm has no stand-in to predict from."""
+    from loadtest import window_fit  # numpy and the simulator's virtual replay: only when a run is planned
+
+    stand_ins = [(str(ROOT / x.sim.config) if x.sim and x.sim.config else None, tuple(x.sim.set) if x.sim else (),
+                  x.sim.variant if x.sim else x.variant) for x in arms.values()]
+    if sc.loop != "closed" or any(cfg is None for cfg, _s, _v in stand_ins):
+        return []
+    return window_fit.problems(sc, window_fit.predict(sc, stand_ins))
+
+
 def arms_of(exp: ex.Experiment) -> dict[str, ex.Arm]:
     """The experiment's first two arms as the comparison's A (baseline) and B."""
     arms = list(exp.arms.values())
@@ -374,9 +386,17 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
         if d["name"] in SWAPPED and sc.steps[0].count_s <= 0:
             raise ValueError(f"--design {d['name']} switches arms at the count phase: set phases.count_s > 0 "
                              "(or --count-s)")
+        short = window_problems(sc, arms)
     except (OSError, yaml.YAMLError, ScenarioError, ValueError) as e:
         shutil.rmtree(run)
         raise SystemExit(f"error: scenario {scen}: {str(e).splitlines()[0]}") from None
+    if short and all(x.backend == "sim" for x in arms.values()):
+        shutil.rmtree(run)
+        raise SystemExit(f"error: scenario {scen}: windows too short for their requests ({'; '.join(short)}; "
+                         "loadtest/window_fit.py)")
+    if short:
+        print(f"warning: scenario {scen} may be too short for the requests the arms' simulator stand-ins predict: "
+              f"{'; '.join(short)}", file=sys.stderr)
     try:
         profiles = copy_sim_profiles(run, arms)
     except (OSError, SystemExit) as e:

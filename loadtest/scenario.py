@@ -42,8 +42,9 @@ def effective_scenario(path: Path, out: Path, phases: dict, levels: list[int] | 
         data[key] = yaml.safe_load(value)
     if phases:
         data["phases"] = {**data.get("phases", {}), **phases}
-    if levels:
-        data["steps"] = [{"concurrency": c} for c in levels]
+    if levels:  # a level the file lists keeps its own phases; another one takes the file's `phases`
+        own = {(st["concurrency"] if isinstance(st, dict) else st): st for st in data.get("steps") or []}
+        data["steps"] = [own[c] if isinstance(own.get(c), dict) else {"concurrency": c} for c in levels]
     if last_drain_s is not None and data.get("steps"):
         last = data["steps"][-1]
         data["steps"][-1] = {**(last if isinstance(last, dict) else {"concurrency": last}), "drain_s": last_drain_s}
@@ -57,15 +58,16 @@ def window_scenario(run_scenario: Scenario, order: list[int], out: Path, *, coun
                     block_id: str = "") -> Path:
     """The scenario of one window: the run's steps in the window's order (indices into the run's steps).
 
-    A level keeps its own count, warm-up and measure lengths; the drain belongs to the POSITION (the drain of the run's
-    i-th step goes to the window's i-th step), so the last level of every window has the run's last drain, whatever
-    level that is (requests still running when Locust stops are never recorded). settle_s lengthens the first
+    A level keeps its own count, warm-up, measure and drain lengths: the drain lets the requests that started in the
+    level's measure phase finish under the level's own load (loadtest/window_fit.py sizes it by the level's longest
+    request), so it goes with the level wherever the window's order puts it (the requests still running when a window
+    ends are recorded: Locust's stop timeout lets them finish, loadtest.session). settle_s lengthens the first
     warm-up (after a hot-swap switch). count False: no count phase (an arm without the plugin has no control file)."""
     steps = run_scenario.steps
     count_s = steps[0].count_s if count else 0.0
     window = replace(run_scenario, steps=tuple(
         replace(steps[idx], index=pos, warmup_s=steps[idx].warmup_s + (settle_s if pos == 0 else 0.0),
-                drain_s=steps[pos].drain_s, count_s=count_s) for pos, idx in enumerate(order)))
+                count_s=count_s) for pos, idx in enumerate(order)))
     head = (f"# window {block_id}: the run's scenario with the levels in this window's seeded order, the drain by "
             f"position{f', {settle_s:g} s settle after a switch' if settle_s else ''}"
             f"{'' if count else ', no count phase (no control file)'}\n")

@@ -15,7 +15,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,15 @@ from loadtest.shape import (
 from tts_predictor.control import MAX_HOST_DELAY_US, write_control
 from tts_predictor.domain import MODEL_NAME, VARIANT_NAMES
 from ttsrecords.loadrun import LoadManifest, ServerIdentity
-from ttsrecords.records import RUN_SCHEMA, ControlConfirm, ControlWrite, JsonlWriter, RequestRecord, dumps
+from ttsrecords.records import (
+    CUT_AT_LEVEL_END,
+    RUN_SCHEMA,
+    ControlConfirm,
+    ControlWrite,
+    JsonlWriter,
+    RequestRecord,
+    dumps,
+)
 from ttsrecords.scenario import Scenario
 
 log = logging.getLogger("loadtest")
@@ -144,6 +152,7 @@ class Session:
         self.run: dict[str, Any] | None = None  # what the master broadcasts: run id, dir, scenario, mode, ...
         self.scenario: Scenario | None = None
         self.phase: Phase | None = None
+        self._phase_t = time.monotonic()  # when `phase` was set: a drain request's time left to its level's end
         self.tracker: PhaseTracker | None = None
         self.scraper: Scraper | None = None
         self.requests_writer: JsonlWriter | None = None
@@ -382,6 +391,7 @@ class Session:
 
     def set_phase(self, phase: Phase | None) -> None:
         self.phase = phase
+        self._phase_t = time.monotonic()
         if phase is not None:
             log.info("step %d concurrency %d: %s", phase.step, phase.concurrency, phase.phase)
             if phase.phase == "measure" and self._prompts is not None:  # same prompts in every window's measure
@@ -463,8 +473,14 @@ class Session:
         prompt = self._prompts.next()
         seq = self._prompts.drawn - 1
         t_start = time.time()
+        deadline = self.run["timeout_s"]
+        if ph.phase == "drain":  # filler while the measured requests finish: stopped when the level ends
+            deadline = min(deadline, max(0.0, ph.ends - ph.started - (time.monotonic() - self._phase_t)))
         out = run_request(transport, self._payloads.body(prompt), self.run["mode"],
-                          expected_s=self._bounds.range_for(prompt.text), deadline_s=self.run["timeout_s"])
+                          expected_s=self._bounds.range_for(prompt.text), deadline_s=deadline)
+        if ph.phase == "drain" and not out.ok and deadline < self.run["timeout_s"] and \
+                (out.error or "").startswith("request timeout"):
+            out = replace(out, error=CUT_AT_LEVEL_END)
         return self.record(ph, prompt.id, prompt.bucket, t_start, out, seq=seq)
 
     def record(self, ph: Phase, prompt_id: str, bucket: str, t_start: float, out: Outcome,
@@ -542,6 +558,8 @@ class Session:
     def _report(self, rec: RequestRecord) -> None:
         """One entry per request in Locust's table (its end-to-end time); time to first audio, RTF and continuity
         are in the records, the summary printed at the end and the load-run report."""
+        if rec.error == CUT_AT_LEVEL_END:
+            return  # the load generator stopped it: neither a request that ended nor a failure
         name = f"{rec.mode} c={rec.concurrency}" if rec.phase == "measure" else f"{rec.mode} ({rec.phase})"
         self.env.events.request.fire(request_type="SPEECH", name=name, response_time=(rec.e2e_s or 0.0) * 1000.0,
                                      response_length=rec.bytes, exception=None if rec.ok else TTSFailure(rec.error),

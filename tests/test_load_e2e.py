@@ -16,7 +16,7 @@ from conftest import LOCUST, ROOT, FakeServer, free_port, locust, write_scenario
 
 from loadtest.scenario import effective_scenario
 from tools.sim_server import SimServer
-from ttsrecords.records import read_jsonl, read_requests
+from ttsrecords.records import CUT_AT_LEVEL_END, read_jsonl, read_requests
 
 pytestmark = pytest.mark.slow  # Locust and a server, each in its own process
 
@@ -38,9 +38,9 @@ def check_run(run_dir: Path, concurrencies, variant=None):
     assert {r.phase for r in recs} == {"warmup", "measure", "drain"}
     meas = [r for r in recs if r.phase == "measure"]
     assert {r.concurrency for r in meas} == set(concurrencies)
-    bad = [r.error for r in recs if not r.ok]
+    bad = [r.error for r in recs if not r.ok and r.error != CUT_AT_LEVEL_END]
     assert not bad, bad[:5]
-    for r in recs:
+    for r in (r for r in recs if r.error != CUT_AT_LEVEL_END):
         assert r.mode == "stream" and r.status == 200 and r.variant == variant
         assert 0 < r.ttfa_s <= r.e2e_s and r.audio_s == pytest.approx(r.bytes / 48000)
         assert r.rtf == pytest.approx(r.e2e_s / r.audio_s) and r.bucket in ("short", "medium")
@@ -188,3 +188,24 @@ def test_open_loop_poisson_against_the_simulator(tmp_path):
     deltas = [c for c in counters(run_dir) if c["kind"] == "delta"]
     assert [d["concurrency"] for d in deltas] == [64, 1] and all(d["variant"] == "fixed" for d in deltas)
 
+
+
+def test_drain_requests_end_with_their_level_and_measured_ones_finish(tmp_path):
+    """The drain keeps a level's load while its measured requests finish; a request that STARTED in the drain is
+    stopped when the level ends (recorded as cut, no failure), so it does not run into the next level's warm-up and
+    measure phase. Default profile: requests of 2-9 s against a 2 s drain."""
+    scen = scenario(tmp_path, steps=(8, 4), warmup=2, measure=3, drain=2)
+    run_dir = tmp_path / "run"
+    with SimServer("fixed", config="configs/sim/default.yaml") as sim:
+        p = locust(["--headless", "--host", sim.url, "--scenario", str(scen), "--run-dir", str(run_dir),
+                    "--variant", "fixed", "--csv", str(run_dir / "locust")])
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = read_requests(run_dir / "requests.jsonl")
+    cut = [r for r in recs if r.error == CUT_AT_LEVEL_END]
+    assert cut and all(r.phase == "drain" and r.status == 200 for r in cut)
+    assert all(r.ok for r in recs if r.phase == "measure")  # a measured request always runs to its end
+    edges = {c["step"]: c["t"] for c in counters(run_dir) if c["kind"] == "snapshot" and c["edge"] == "end"}
+    for r in cut:  # stopped within a chunk interval (about 2 s of audio at c=8) of its level's end: measure end + drain
+        assert r.t_start + r.e2e_s < edges[r.step] + 2.0 + 3.5, (r.t_start, r.e2e_s, edges[r.step])
+    with open(run_dir / "locust_stats.csv") as f:
+        assert not any("(drain)" in row["Name"] and int(row["Failure Count"]) for row in csv.DictReader(f))

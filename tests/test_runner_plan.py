@@ -115,14 +115,14 @@ def test_nested_is_s_starts_of_w_pairs_and_switches_are_marked():
         make_plan(4, 0, "a", "b", 1, design="abab")
 
 
-def test_window_scenario_keeps_each_levels_phases_and_the_drain_by_position(tmp_path):
+def test_window_scenario_keeps_each_levels_own_phases_drain_included(tmp_path):
     sc = parse_scenario({"phases": {"count_s": 2, "warmup_s": 3, "measure_s": 5, "drain_s": 0},
                          "steps": [{"concurrency": 8, "measure_s": 7}, 64, {"concurrency": 256, "drain_s": 9}]},
                         path="x.yaml")
     out = scenario.window_scenario(sc, [2, 0, 1], tmp_path / "w.yaml", count=True, settle_s=4)
     w = load_scenario(out)
     assert [s.concurrency for s in w.steps] == [256, 8, 64]
-    assert [s.drain_s for s in w.steps] == [0, 0, 9]  # the last level of the window has the run's last drain
+    assert [s.drain_s for s in w.steps] == [9, 0, 0]  # the drain goes with its level (window_fit sizes it)
     assert [s.measure_s for s in w.steps] == [5, 7, 5]  # the level keeps its own
     assert [s.warmup_s for s in w.steps] == [3 + 4, 3, 3]  # the settle after a switch lengthens the first warm-up
     assert all(s.count_s == 2 for s in w.steps)

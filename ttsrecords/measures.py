@@ -24,11 +24,14 @@ class Metric:
 # The definitions of every metric: per block and concurrency level, measure phase only.
 METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("throughput_rps", "throughput", "req/s", "higher",
-           "ok requests per second inside the measure window (between the scraper's start and end snapshots), each "
-           "request counted for the share of its lifetime inside the window; without snapshots: ok requests started "
-           "in the measure phase / counters' duration_s"),
+           "closed loop: c x (ok share) / (mean latency) of the requests that started in the measure phase, means "
+           "per prompt bucket weighed by the scenario's mix (Little's law: the same work in both arms, no window "
+           "edge); open loop: ok requests per second inside the measure window, each counted for the share of its "
+           "lifetime inside it"),
     Metric("audio_throughput", "audio throughput", "audio-s/s", "higher",
-           "audio seconds per second, each ok request's audio_s weighted by the same lifetime share"),
+           "closed loop: c x (mean audio seconds) / (mean latency) over the same requests and mix weights (a "
+           "failed request: its time, no audio); open loop: audio seconds per second, each ok request's audio_s "
+           "weighted by its lifetime share inside the window"),
     Metric("e2e_p50", "p50 latency", "s", "lower", "median end-to-end latency of ok measure requests"),
     Metric("e2e_p90", "p90 latency", "s", "lower", "90th percentile end-to-end latency (numpy linear interpolation)"),
     Metric("e2e_p99", "p99 latency", "s", "lower", "99th percentile end-to-end latency (numpy linear interpolation)"),
@@ -49,8 +52,6 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            "benchmark)", verdict=False),
 )}
 VERDICT_METRICS = tuple(k for k, m in METRICS.items() if m.verdict)
-# The default primary metric (an experiment file names its own): audio seconds per second, the TTS server's work rate.
-# Requests per second counts a 1.4 s and a 3 s request alike, so when one arm gets further through the prompt
-# sequence in a window its rate moves with the prompt mix; audio throughput weighs each request by its audio. On the
-# simulator's demo windows ln(B/A) per round spread 4-5x less for it at c=8 (docs/method.md, section 4).
+# The default primary metric (an experiment file names its own): audio seconds per second, the TTS server's work rate
+# (docs/method.md, section 4: its estimator and its known-answer bench, reports/bench/estimator.md).
 PRIMARY_METRIC = "audio_throughput"

@@ -476,6 +476,15 @@ class JsonlWriter:
 # --- judging a block ---------------------------------------------------------------------------------------------
 
 
+# A drain-phase request that the load generator itself stopped when its level ended (loadtest.session): filler that
+# kept the level's load while the measured requests finished, not a failure of the server. Not in any failure count.
+CUT_AT_LEVEL_END = "cut: its level ended (a drain request, not measured)"
+
+
+def is_cut(r: dict[str, Any]) -> bool:
+    return not r.get("ok") and r.get("error") == CUT_AT_LEVEL_END
+
+
 def error_kind(error: str | None) -> str:
     """A request's error reason without its details: 'http 503', 'stream broken', 'no response', ..."""
     head = (error or "unknown error").split(":", 1)[0].strip()
@@ -485,8 +494,8 @@ def error_kind(error: str | None) -> str:
 
 
 def error_counts(requests: list[dict[str, Any]]) -> dict[str, int]:
-    """Failed requests by error kind, most frequent first."""
-    return dict(Counter(error_kind(r.get("error")) for r in requests if not r.get("ok")).most_common())
+    """Failed requests by error kind, most frequent first (a drain request cut at its level's end is no failure)."""
+    return dict(Counter(error_kind(r.get("error")) for r in requests if not r.get("ok") and not is_cut(r)).most_common())
 
 
 def request_outcomes(requests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -495,7 +504,8 @@ def request_outcomes(requests: list[dict[str, Any]]) -> dict[str, Any]:
     other = [r for r in requests if r.get("phase") != "measure"]
     return {"measure": len(measure), "measure_failed": sum(not r.get("ok") for r in measure),
             "measure_errors": error_counts(measure), "other": len(other),
-            "other_failed": sum(not r.get("ok") for r in other), "other_errors": error_counts(other)}
+            "other_failed": sum(not r.get("ok") and not is_cut(r) for r in other), "other_errors": error_counts(other),
+            "cut": sum(is_cut(r) for r in other)}
 
 
 def _top(errors: dict[str, int], n: int = 3) -> str:

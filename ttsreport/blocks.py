@@ -86,12 +86,28 @@ def load_run(run_dir: str | Path) -> dict:
         if meta is None:
             notes.append(f"{bdir.name}: no block.json (block never started) — skipped")
             continue
-        blocks.append({"meta": meta, "requests": _jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA, notes),
+        blocks.append({"meta": meta, "workload": _workload(bdir, scenario),
+                       "requests": _jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA, notes),
                        "counters": _jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA, notes),
                        "telemetry": _jsonl(bdir / "telemetry.jsonl", rec.TELEMETRY_SCHEMA, notes)})
     looks = _jsonl(run / "looks.jsonl", rec.LOOK_SCHEMA, notes)
     return {"dir": str(run), "manifest": manifest, "scenario": scenario, "starts": starts, "blocks": blocks,
             "looks": looks, "notes": notes}
+
+
+def _workload(bdir: Path, run_scenario: dict | None) -> dict:
+    """The load a window ran: its loop and prompt mix, from the window's own scenario.yaml (else the run's). The
+    closed-loop work rates weigh the prompt buckets by this mix (closed_loop_rates)."""
+    scen = run_scenario
+    if (bdir / "scenario.yaml").is_file():
+        try:
+            scen = yaml.safe_load((bdir / "scenario.yaml").read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ValueError(f"{bdir}/scenario.yaml: not YAML ({str(e).splitlines()[0]})") from None
+    scen = scen if isinstance(scen, dict) else {}
+    mix = scen.get("mix") if isinstance(scen.get("mix"), dict) else None
+    return {"loop": scen.get("loop", "closed"),
+            "mix": {str(k): float(v) for k, v in mix.items() if float(v) > 0} if mix else None}
 
 
 # ----------------------------------------------------------------------------------------------- small helpers
@@ -201,6 +217,48 @@ def within_variances(ok: list[dict], seed: int) -> dict[str, float | None]:
     return out
 
 
+def closed_loop_rates(meas: list[dict], concurrency: int, mix: dict[str, float] | None) -> dict:
+    """Work rates of a closed loop from the requests that started in the measure phase (Little's law).
+
+    With c users that send back to back, each user is a renewal process whose cycle is one request, so the level's
+    long-run rates are c x E[ok] / E[elapsed] requests/s and c x E[audio] / E[elapsed] audio-s/s, expectations over the
+    scenario's prompt mix (renewal-reward theorem). The means are taken per prompt bucket and weighed by the mix,
+    so the two arms of a pair are compared on the same work even when the slower one got less far through the
+    prompt stream; no window edge cuts a request (docs/method.md, section 4). A failed request holds its user for
+    its elapsed time and yields no audio. Falls back to the plain ratio of sums when a bucket of the mix has no
+    request in the window (`stratified` False). Also returns the sampling variance of ln(rate) by the delta method
+    (the within-window variance of the variance components)."""
+    rows = [r for r in meas if r.get("e2e_s") is not None and r["e2e_s"] > 0]
+    if not rows:
+        return {}
+    by_bucket: dict[str, list[dict]] = {}
+    for r in rows:
+        by_bucket.setdefault(str(r.get("bucket")), []).append(r)
+    weights = {b: w for b, w in (mix or {}).items() if w > 0}
+    stratified = bool(weights) and all(b in by_bucket for b in weights) and set(by_bucket) <= set(weights)
+    if not stratified:
+        weights, by_bucket = {"all": 1.0}, {"all": rows}
+    total = sum(weights.values())
+    cols = {b: (np.array([float(r["e2e_s"]) for r in by_bucket[b]]),
+                np.array([float(r.get("audio_s") or 0.0) if r.get("ok") else 0.0 for r in by_bucket[b]]),
+                np.array([1.0 if r.get("ok") else 0.0 for r in by_bucket[b]])) for b in weights}
+    e_mix = sum(w / total * cols[b][0].mean() for b, w in weights.items())
+    a_mix = sum(w / total * cols[b][1].mean() for b, w in weights.items())
+    o_mix = sum(w / total * cols[b][2].mean() for b, w in weights.items())
+
+    def var_log(num: int, num_mix: float) -> float | None:
+        if num_mix <= 0 or any(len(cols[b][0]) < 2 for b in weights):
+            return None
+        v = sum((w / total) ** 2 * np.var(cols[b][num] / num_mix - cols[b][0] / e_mix, ddof=1) / len(cols[b][0])
+                for b, w in weights.items())
+        return _f(v)
+
+    return {"throughput_rps": _f(concurrency * o_mix / e_mix) if o_mix > 0 else None,
+            "audio_throughput": _f(concurrency * a_mix / e_mix) if a_mix > 0 else None,
+            "var_log": {"throughput_rps": var_log(2, o_mix), "audio_throughput": var_log(1, a_mix)},
+            "stratified": stratified, "n_used": len(rows)}
+
+
 def continuity(ok: list[dict]) -> dict:
     """Streaming continuity of one window and level: ok streamed requests with continuity fields (version 2)."""
     streamed = [r for r in ok if r.get("mode", "stream") == "stream" and r.get("underrun_s") is not None]
@@ -215,15 +273,17 @@ def continuity(ok: list[dict]) -> dict:
 
 
 def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, float] | None = None,
-                level_requests: list[dict] | None = None, seed: int = 0, within: bool = True) -> dict:
+                level_requests: list[dict] | None = None, seed: int = 0, within: bool = True,
+                concurrency: int | None = None, workload: dict | None = None) -> dict:
     """Metrics of one window at one level (measure phase only), per the METRICS table.
 
-    With the window's edges known, every ok request of the level counts for the share of its lifetime inside the
-    window, whatever phase it started in (one request = one unit of work spread over its duration). On the
-    simulator's known-answer pool this had 40 % less block-to-block spread than counting completions, which jump by
-    whole closed-loop "waves" at window edges. Requests still running when Locust stops are never recorded, so the
-    last level needs a drain about as long as its latency (the summary warns when it is missing). Without edges: ok
-    requests started in the measure phase / window length.
+    Work rates (throughput_rps, audio_throughput): in a closed loop with the level's concurrency known, Little's law
+    over the requests that started in the measure phase, per prompt bucket and weighed by the scenario's mix
+    (closed_loop_rates; `rate_estimator` "closed_loop"). Otherwise, and always as the `*_window` fields beside it
+    (the earlier estimator, kept for the known-answer bench): with the window's edges known, every ok request of the
+    level counts for the share of its lifetime inside the window; without edges, ok requests started in the measure
+    phase / window length. The window estimator moves with which requests the window's edges cut and which prompts
+    fall inside (reports/bench/estimator.md: a known 25 % slowdown read x0.70-0.77 with a 14 % per-round spread).
     """
     meas = [r for r in requests if r.get("phase") == "measure"]
     ok = [r for r in meas if r.get("ok")]
@@ -259,11 +319,18 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
     def q(x, p):
         return _f(np.percentile(x, p)) if x.size else None
 
+    closed = (workload or {}).get("loop", "closed") == "closed" and concurrency
+    rates = closed_loop_rates(meas, int(concurrency), (workload or {}).get("mix")) if closed else {}
+    window_rps = _f(n_thr / window) if window else None
+    window_audio = _f(audio_thr / window) if window else None
     out = {
         "n": n_all, "n_ok": n_ok, "n_error": n_all - n_ok, "window_s": window, "window_source": window_src,
         "completed_in_window": completed,
-        "throughput_rps": _f(n_thr / window) if window else None,
-        "audio_throughput": _f(audio_thr / window) if window else None,
+        "rate_estimator": "closed_loop" if rates else "window",
+        "rate_stratified": rates.get("stratified") if rates else None,
+        "throughput_rps": rates.get("throughput_rps") if rates else window_rps,
+        "audio_throughput": rates.get("audio_throughput") if rates else window_audio,
+        "throughput_rps_window": window_rps, "audio_throughput_window": window_audio,
         "e2e_p50": q(e2e, 50), "e2e_p90": q(e2e, 90), "e2e_p99": q(e2e, 99),
         "ttfa_p50": q(ttfa, 50), "rtf_p50": q(rtf, 50),
         "error_rate": _f((n_all - n_ok) / n_all) if n_all else None,
@@ -273,6 +340,8 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
     }
     out.update(continuity(ok))
     out["within_var"] = within_variances(ok, seed) if within else None
+    if out["within_var"] is not None and rates:
+        out["within_var"].update(rates["var_log"])
     out.update(_counter_stats(delta, n_ok))
     return out
 
@@ -394,7 +463,7 @@ def block_summary(block: dict, start: dict | None = None, within: bool = True) -
     levels = {}
     for c in sorted(by_level):
         row = level_stats(by_level[c], deltas.get(c), edges.get(c), by_level[c], _seed(meta.get("block_id"), c),
-                          within)
+                          within, concurrency=c, workload=block.get("workload"))
         if c in count_syncs:  # version 2: the sync ratios come from the count window (observer on)
             row.update({k: v for k, v in count_syncs[c].items() if v is not None})
             if row.get("syncs_per_call") is not None and row.get("calls_per_request") is not None:

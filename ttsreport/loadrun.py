@@ -42,7 +42,7 @@ def _q(x: list[float], p: float) -> float | None:
 
 def failures(requests: list[dict]) -> list[dict]:
     """Failed requests by kind (every phase), most frequent first, each with the server's own texts quoted."""
-    bad = [r for r in requests if not r.get("ok")]
+    bad = [r for r in requests if not r.get("ok") and not rec.is_cut(r)]  # a drain request cut at its level's end: none
     kinds = Counter(rec.error_kind(r.get("error")) for r in bad)
     out = []
     for kind, n in kinds.most_common():
@@ -108,7 +108,7 @@ def numbers(run_dir: str | Path) -> dict[str, Any]:
                 "underrun_p90_s", "mean_batch", "syncs_per_call", "window_s", "rate_estimator", "telemetry")},
             "ttfa_p50": _q(ttfa, 50), "ttfa_p90": _q(ttfa, 90), "ttfa_p99": _q(ttfa, 99),
             "stream_rtf_p50": _q(srtf, 50), "stream_rtf_p90": _q(srtf, 90),
-            "all_phases": len(mine), "all_failed": sum(not r.get("ok") for r in mine),
+            "all_phases": len(mine), "all_failed": sum(not r.get("ok") and not rec.is_cut(r) for r in mine),
             "sync": syncs.get(c),
             "e2e_ok": sorted(r["e2e_s"] for r in meas_ok if r.get("e2e_s") is not None),
         })
@@ -119,7 +119,7 @@ def numbers(run_dir: str | Path) -> dict[str, Any]:
         "reason": man.reason if man else None,
         "duration_s": (ended - started) if started and ended else None,
         "levels": levels, "failures": failures(requests), "requests": len(requests),
-        "failed": sum(not r.get("ok") for r in requests),
+        "failed": sum(not r.get("ok") and not rec.is_cut(r) for r in requests),
         "knee": knee(levels) if len(levels) > 1 else None,
         "simulated": bool(block and summary.get("simulated_counters")),
         "notes": run["notes"],
