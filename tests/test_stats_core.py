@@ -10,7 +10,7 @@ from conftest import make_run
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
 from ttsrecords import records
 from ttsreport.analysis import Options, summarize, write_statistics
-from ttsreport.blocks import level_stats
+from ttsreport.blocks import closed_loop_rates, level_stats
 from ttsreport.prediction import read_micro
 
 
@@ -150,3 +150,47 @@ def test_throughput_counts_lifetime_share_inside_the_window():
     assert s["throughput_rps"] == pytest.approx((1 / 3 + 1 + 6 / 15) / 10)
     assert s["audio_throughput"] == pytest.approx((1 / 3 + 2 + 2 * 6 / 15) / 10)
     assert s["e2e_p50"] == pytest.approx(8.0)  # latency: requests started in the measure phase
+
+
+def _closed(bucket: str, e2e: float, audio: float, ok: bool = True, phase: str = "measure", t: float = 0.0) -> dict:
+    return {"phase": phase, "ok": ok, "e2e_s": e2e, "audio_s": audio if ok else None, "bucket": bucket,
+            "t_start": t, "error": None if ok else "http 500"}
+
+
+def test_closed_loop_rates_are_littles_law_over_the_mix_not_the_sample():
+    """c x E[audio] / E[latency] with bucket means weighed by the scenario's mix: a window that drew twice as many
+    short prompts as the mix says reads the same rate as one that drew them in proportion (same work per bucket)."""
+    mix = {"short": 1, "medium": 1}
+    even = [_closed("short", 2.0, 2.5), _closed("short", 2.2, 2.5), _closed("medium", 9.0, 11.0),
+            _closed("medium", 9.4, 11.0)]
+    skewed = even + [_closed("short", 2.0, 2.5), _closed("short", 2.2, 2.5)]
+    a, b = closed_loop_rates(even, 8, mix), closed_loop_rates(skewed, 8, mix)
+    e_mix, a_mix = (2.1 + 9.2) / 2, (2.5 + 11.0) / 2
+    assert a["stratified"] and a["audio_throughput"] == pytest.approx(8 * a_mix / e_mix)
+    assert a["throughput_rps"] == pytest.approx(8 / e_mix)
+    assert b["audio_throughput"] == pytest.approx(a["audio_throughput"])  # the prompt draw does not move it
+    plain = closed_loop_rates(skewed, 8, None)  # no mix known: the plain ratio of sums, which the draw moves
+    assert not plain["stratified"] and plain["audio_throughput"] == pytest.approx(8 * 32.0 / 26.8)
+
+
+def test_closed_loop_rates_count_a_failure_as_time_without_audio_and_fall_back_without_a_bucket():
+    mix = {"short": 1, "medium": 1}
+    rows = [_closed("short", 2.0, 2.5), _closed("short", 4.0, 0.0, ok=False), _closed("medium", 9.0, 11.0),
+            _closed("medium", 9.0, 11.0)]
+    r = closed_loop_rates(rows, 4, mix)
+    assert r["audio_throughput"] == pytest.approx(4 * (0.5 * 1.25 + 0.5 * 11.0) / (0.5 * 3.0 + 0.5 * 9.0))
+    assert r["throughput_rps"] == pytest.approx(4 * (0.5 * 0.5 + 0.5) / 6.0)
+    assert r["var_log"]["audio_throughput"] > 0  # the within-window variance of the variance components
+    only_short = closed_loop_rates(rows[:2], 4, mix)  # the window holds no medium prompt: no mix weights to apply
+    assert not only_short["stratified"] and only_short["audio_throughput"] == pytest.approx(4 * 2.5 / 6.0)
+
+
+def test_level_stats_uses_the_closed_loop_estimator_and_keeps_the_window_one_beside_it():
+    reqs = [_closed("short", 1.0, 2.0, t=12.0), _closed("short", 15.0, 2.0, t=14.0),
+            _closed("short", 3.0, 1.0, phase="warmup", t=8.0)]
+    s = level_stats(reqs, None, (10.0, 20.0), concurrency=2, workload={"loop": "closed", "mix": {"short": 1}})
+    assert s["rate_estimator"] == "closed_loop" and s["throughput_rps"] == pytest.approx(2 / 8.0)
+    assert s["audio_throughput"] == pytest.approx(2 * 2.0 / 8.0)  # started in the measure phase, counted whole
+    assert s["throughput_rps_window"] == pytest.approx((1 / 3 + 1 + 6 / 15) / 10)  # the lifetime shares
+    open_loop = level_stats(reqs, None, (10.0, 20.0), concurrency=2, workload={"loop": "open", "mix": None})
+    assert open_loop["rate_estimator"] == "window" and open_loop["throughput_rps"] == s["throughput_rps_window"]

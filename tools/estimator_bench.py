@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -57,6 +58,13 @@ def _sim_arms(run: dict) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     return config, sets("A"), sets("B")
 
 
+def _command(cmd) -> str | None:
+    """The run's command as a shell line (the manifest stores argv)."""
+    if isinstance(cmd, list):
+        return " ".join(shlex.quote(str(x)) for x in cmd)
+    return str(cmd) if cmd else None
+
+
 def analyse(run_dir: str) -> dict:
     run = load_run(run_dir)
     scen = run["scenario"] or {}
@@ -67,8 +75,12 @@ def analyse(run_dir: str) -> dict:
     blocks = [block_summary(b, run["starts"].get(b["meta"].get("start")), within=False) for b in run["blocks"]]
     rounds = paired_rounds(blocks, "ab")
     levels = sorted({lv for b in blocks for lv in b["levels"]}, key=int)
+    looks = [x for x in run["looks"] if x.get("stop")]
     out = {"run": Path(run_dir).name, "design": design_of(run["manifest"]), "sets": set_b, "rounds": len(rounds),
-           "levels": {}}
+           "variants": [run["manifest"].get("variants", {}).get(k) for k in ("A", "B")],
+           "command": _command(run["manifest"].get("command")),
+           "stopped": {"round": looks[0].get("rounds"), "kind": looks[0].get("kind"), "text": looks[0].get("text")}
+           if looks else None, "levels": {}}
     for lv in levels:
         ta, tb = (truth(config, s, int(lv), prompts, mix, seed) for s in (set_a, set_b))
         row = {"truth": {k: tb[k] / ta[k] for k in ta}, "metrics": {}}
@@ -96,19 +108,45 @@ def _f(x, fmt="{:.3f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _summary_rows(results: list[dict]) -> list[str]:
+    rows = ["| run | design | B | level | truth B/A | new estimate | bias new | bias old | sd new | sd old | sd p50 "
+            "| sd new / sd p50 | primary x p50 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        sets = " ".join(res["sets"]) or f"{res['variants'][1]} vs {res['variants'][0]}"
+        for lv, row in res["levels"].items():
+            m, old, p50 = (row["metrics"][k] for k in ("audio_throughput", "audio_throughput_window", "e2e_p50"))
+            ratio = m["sd_pct"] / p50["sd_pct"] if m["sd_pct"] is not None and p50["sd_pct"] else None
+            rows.append(f"| {res['run']} | {res['design']} | {sets} | c={lv} | {row['truth']['audio_throughput']:.4f} | "
+                        f"{_f(m['ratio'], '{:.4f}')} | {_f(m['bias_pct'], '{:+.2f} %')} | "
+                        f"{_f(old['bias_pct'], '{:+.2f} %')} | {_f(m['sd_pct'], '{:.2f} %')} | "
+                        f"{_f(old['sd_pct'], '{:.2f} %')} | {_f(p50['sd_pct'], '{:.2f} %')} | {_f(ratio, '{:.1f}')} | "
+                        f"{_f(row['primary_x_p50'], '{:.4f}')} |")
+    return rows
+
+
 def render(results: list[dict], command: str) -> str:
     lines = ["# Work-rate estimators against known slowdowns (simulator)", "",
-             f"Made by `{command}` (tools/estimator_bench.py). Every run: arm B = arm A with every simulated step "
-             "slowed by a known share (`--b-sim-set model.extra_step_pct=P`), nothing else different. **Truth**: "
+             f"Made by `{command}` (tools/estimator_bench.py) from the run folders named below; each run's own "
+             "command is under its section. Arm B = arm A with every simulated step slowed by a known share "
+             "(`--b-sim-set model.extra_step_pct=P`), nothing else different (or a named variant pair). **Truth**: "
              "the same profile replayed in virtual time (ttssim.virtual, the simulator's own step rules, no clock) "
              f"over {TRUTH_REQUESTS} requests of the scenario's prompt mix: B/A of c x mean audio / mean latency "
-             "(audio-s/s), c / mean latency (req/s), and of the median latency. **bias** = estimate / truth - 1; "
-             "**sd** = per-round sd of ln(B/A); **decided** = first round count at which the fixed analysis "
-             "(95 %, Student t over rounds) claims a difference (– = not within the run). SIMULATED.", ""]
+             "(audio-s/s), c / mean latency (req/s), and of the median latency. **new** = the closed-loop estimator "
+             "(Little's law over the requests that started in the measure phase, bucket means weighed by the mix; "
+             "the primary metric), **old** = the lifetime share inside the measure window it replaced; **bias** = "
+             "estimate / truth - 1; **sd** = per-round sd of ln(B/A); **decided** = first round count at which the "
+             "fixed analysis (95 %, Student t over rounds) claims a difference (– = not within the run). SIMULATED.",
+             "", "## Summary: audio throughput (the primary metric)", "", *_summary_rows(results), ""]
     for res in results:
-        sets = " ".join(res["sets"]) or "(none)"
-        lines += [f"## {res['run']}: design {res['design']}, B {sets}, {res['rounds']} A/B rounds", "",
-                  "| level | estimator | truth B/A | estimate B/A [95 % CI] | bias | sd per round | verdict | decided |",
+        sets = " ".join(res["sets"]) or f"{res['variants'][1]} vs {res['variants'][0]}"
+        lines += [f"## {res['run']}: design {res['design']}, B {sets}, {res['rounds']} A/B rounds", ""]
+        if res.get("command"):
+            lines += [f"`{res['command']}`", ""]
+        if res.get("stopped"):
+            st = res["stopped"]
+            lines += [f"The run's own sequential rule stopped after {st['round']} A/B round(s): {st['kind']} "
+                      f"({st['text']}).", ""]
+        lines += ["| level | estimator | truth B/A | estimate B/A [95 % CI] | bias | sd per round | verdict | decided |",
                   "|---|---|---|---|---|---|---|---|"]
         for lv, row in res["levels"].items():
             for key, label, _h in ESTIMATORS:
