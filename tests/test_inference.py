@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from ttsreport import inference as inf
+from ttsreport import looks
 
 KW = {"higher_is_better": True, "margin_pct": 1.0, "confidence": 0.95}
 
@@ -321,6 +322,56 @@ def test_the_decision_interval_agrees_with_the_word(levels, seed, confidence):
         else:
             assert row["kind"] == "inconclusive" and lo <= 1.0 <= hi
         assert lo <= row["ratio"] <= hi
+    for r in res.values():  # each comparison alone: the secondary rows' word and interval
+        if r["ci_decision"] is not None:
+            assert _agrees(r["kind"], r["ci_decision"], r["higher_is_better"]), (r["kind"], r["ci_decision"])
+        else:
+            assert r["kind"] in ("no_spread", "failed", "inconclusive")
+    # the same units as a sequential run (looks table, --look line, looks.jsonl, the dashboard's live view)
+    d = {lv: [math.log(b / a) for a, b in zip(*pair(np.random.default_rng(seed + int(lv)), n, eff, sd=sd),
+                                              strict=True)] for lv, (n, eff, sd) in enumerate(levels)}
+    n_max = max(n for n, _, _ in levels)
+    look = inf.sequential_look({str(k): v for k, v in d.items()}, min_rounds=2, max_rounds=max(n_max, 3),
+                               margin_pct=1.0, higher_is_better=True, alpha=1 - confidence)
+    for lv, row in look["levels"].items():
+        if row["ci_decision"] is None:  # waiting for min_rounds, or looks that contradict each other: no claim
+            assert row["kind"] == "inconclusive" and " [" not in row["text"]
+            continue
+        assert _agrees(row["kind"], row["ci_decision"], True), (row["kind"], row["ci_decision"], row["text"])
+        lo, hi = row["ci_decision"]
+        assert f"[{lo:.3f}, {hi:.3f}]" in row["text"] and f"[{lo:.3f}, {hi:.3f}]" in looks.one_line(
+            {"rounds": n_max, "stop": look["stop"], "reason": look["reason"], "levels": {lv: row}})
+
+
+def _agrees(kind: str, ci, higher_is_better: bool, margin_pct: float = 1.0) -> bool:
+    """Whether an interval (as ratios B/A) can have decided the word beside it."""
+    lo, hi = ci
+    up = lo > 1.0 if higher_is_better else hi < 1.0
+    down = hi < 1.0 if higher_is_better else lo > 1.0
+    return {"faster": up, "slower": down, "inconclusive": lo <= 1.0 <= hi,
+            "equivalent": 1 / (1 + margin_pct / 100) < lo and hi < 1 + margin_pct / 100}.get(kind, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 2**31 - 1), st.floats(0.0, 0.5), st.floats(0.0, 0.5))
+def test_the_error_rate_line_shows_the_interval_that_decided_it(n, seed, rate_a, rate_b):
+    """The error-rate word beside its interval: a claim's hull excludes 0 on its side, "inconclusive" shows an
+    interval holding 0, or none when no interval decided it (one round, or the same difference in every round)."""
+    rng = np.random.default_rng(seed)
+    tot = rng.integers(1, 60, n)
+    fa, fb = rng.binomial(tot, rate_a), rng.binomial(tot, rate_b)
+    for a_f, b_f in ((fa, fb), (np.zeros(n, int), tot)):  # the second: B fails every request in every round
+        r = inf.compare_error_rates(a_f, tot, b_f, tot)
+        ci = r["ci_pp"]
+        if r["kind"] == "more_failures":
+            assert ci[0] > 0
+        elif r["kind"] == "fewer_failures":
+            assert ci[1] < 0
+        else:
+            assert ci is None or ci[0] <= 0 <= ci[1], (r["text"], ci)
+            assert (ci is None) == (r["no_claim_reason"] is not None)
+            if ci is None:
+                assert " pp [" not in r["text"]
 
 
 def test_sequential_claim_interval_agrees_with_the_holm_claim():
@@ -340,7 +391,9 @@ def test_sequential_claim_interval_agrees_with_the_holm_claim():
                 ci = inf.sequential_claim_interval(d[lv], min_rounds=3, max_rounds=8,
                                                    alpha_step=0.05 / (3 - order.index(lv)))
                 assert ci[0] > 1.0 if row["kind"] == "faster" else ci[1] < 1.0
-                assert ci[0] <= row["ratio"] <= ci[1]
+                # the running intersection holds the first look's t interval: the ratio over every round may lie
+                # outside it when later rounds disagree with the first ones, never on the other side of 1
+                assert ci[0] > 1.0 if row["ratio"] > 1.0 else ci[1] < 1.0
             elif row["kind"] == "inconclusive":
                 assert row["ci"][0] <= 1.0 <= row["ci"][1]
     assert claims > 20  # the check ran on many claims
@@ -362,9 +415,15 @@ def test_single_look_boundary_is_the_fixed_t_test():
 
 
 def test_boundary_shape_is_strict_early_and_near_fixed_late():
+    """The first look is a plain t test on FIRST_LOOK_SHARE of alpha; the O'Brien-Fleming looks after it are strict
+    and relax towards the fixed-sample value at the last look."""
     b = inf.sequential_boundary(3, 10, 0.05)
     t = np.array(b["t"])
-    assert np.all(np.diff(t) < 0) and t[0] > 20 and t[-1] < 1.3 * sps.t.ppf(0.975, 9)
+    share = b["first_look_share"]
+    assert 0 < share < 1 and t[0] == pytest.approx(sps.t.ppf(1 - 0.05 * share / 2, 2), rel=1e-6)
+    assert np.all(np.diff(t[1:]) < 0) and t[1] > 10 and t[-1] < 1.3 * sps.t.ppf(0.975, 9)
+    eq = inf.sequential_boundary(3, 10, 0.05, one_sided=True)  # equivalence: the O'Brien-Fleming shape alone
+    assert eq["first_look_share"] == 0 and np.all(np.diff(eq["t"]) < 0) and eq["t"][0] > 20
 
 
 def test_sequential_waits_then_decides_and_claims_stay():

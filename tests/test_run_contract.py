@@ -116,8 +116,9 @@ def test_make_ab_refuses_min_rounds_1_in_one_line():
 
 
 def test_an_early_look_never_overflows():
-    """At n = 2 the boundary's t has one degree of freedom and a tail of 1e-16 or less: the repeated interval is
-    thousands of se wide (its exp overflowed before). It stays finite and JSON-writable, and decides nothing."""
+    """At n = 2 the O'Brien-Fleming boundary's t has one degree of freedom and a tail of 1e-16 or less: its repeated
+    interval is thousands of se wide (its exp overflowed before). It stays finite and JSON-writable; only the first
+    look's plain t test (on a share of alpha) can decide there, and only a large effect with a small spread."""
     rng = np.random.default_rng(3)
     # where the boundary's tail underflows to 0 (n = 2 of 1000 looks) its t is +inf, never -inf (an inverted interval)
     assert np.all(inf._t_crit(np.arange(2, 5), 2.5, 1000) == np.inf)
@@ -127,8 +128,13 @@ def test_an_early_look_never_overflows():
                                       higher_is_better=True)
             row = res["levels"]["8"]
             assert all(math.isfinite(x) and x > 0 for x in row["ci"] + row["ci_equivalence"])
-            assert row["kind"] == "inconclusive" and not res["stop"]
+            big = d == [0.3, 0.31]  # x1.36 with a spread of 0.7 %: t = 86 on 1 df, p 0.007 < 0.3 * 0.05
+            assert (row["kind"] == "faster" and res["stop"]) if big else (row["kind"] == "inconclusive"
+                                                                          and not res["stop"])
             rec.dumps(res)  # no NaN, no infinity
+    later = inf.sequential_look({"8": [0.3, 0.31, 0.29, 0.3]}, min_rounds=3, max_rounds=1000, margin_pct=1,
+                                higher_is_better=True)  # the first look decides even at 1000 looks
+    assert later["levels"]["8"]["kind"] == "faster" and math.isfinite(later["levels"]["8"]["ci"][1])
 
 
 def test_the_last_look_decides():

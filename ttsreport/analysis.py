@@ -194,25 +194,11 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
                                final=final)
     out = {**look, "rule": "sequential", "correction": look["rule"], "settings": seq, "scope": scope}
     kinds = {}
-    ps = {lv: r["p_sequential"] for lv, r in out["levels"].items() if r.get("p_sequential") is not None}
-    step = {lv: k for k, lv in enumerate(sorted(ps, key=ps.get))}  # Holm's order, as inference.holm
-    for lv, row in out["levels"].items():
+    for lv, row in out["levels"].items():  # the look gives each word the interval that decided it (ci_decision)
         fixed = (fixed_results or {}).get(lv) or {}
         row["failed"] = fixed.get("failed")
-        row["ci_decision"] = row["ci_decision_what"] = None
         if fixed.get("kind") in ("failed", "no_spread"):
-            row.update(kind=fixed["kind"], text=fixed["text"])
-        elif row["kind"] in ("faster", "slower"):
-            a_k = seq["alpha"] / (len(ps) - step[lv])
-            row["ci_decision"] = inf.sequential_claim_interval(d[lv], min_rounds=seq["min_units"],
-                                                               max_rounds=seq["max_units"], alpha_step=a_k)
-            row["ci_decision_what"] = f"Holm step {step[lv] + 1} of {len(ps)}: repeated interval at alpha {a_k:.3g}"
-        elif row["kind"] == "equivalent":
-            row["ci_decision"] = row.get("ci_equivalence")
-            row["ci_decision_what"] = "repeated interval for equivalence, one-sided alpha per side"
-        elif row.get("ci"):
-            row["ci_decision"] = row["ci"]
-            row["ci_decision_what"] = f"Bonferroni over {len(ps)} level(s): repeated interval, contains 1"
+            row.update(kind=fixed["kind"], text=fixed["text"], ci_decision=None, ci_decision_what=None)
         row["word"] = inf.verdict_word(row["kind"], scope)
         kinds[lv] = row["kind"]
     out["kind"], out["text"] = inf._headline(kinds, scope=scope, failures={lv: r.get("failed")

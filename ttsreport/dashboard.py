@@ -35,6 +35,7 @@ from . import plots
 from . import report as rep
 from . import rounds as rd
 from .blocks import read_json_checked
+from .looks import decision_ci
 
 KINDS = ("A/B", "Locust", "preflight", "benchmark")
 # a backend name as a run records it (manifest backend.name, preflight backend) -> (filter key, words)
@@ -198,7 +199,7 @@ def _live(folder: Path, man: dict, blocks: list[dict]) -> dict:
             "sequential": None if not seq else {"min_rounds": seq.get("min_rounds"),
                                                 "max_rounds": seq.get("max_rounds")},
             "looks": [{"rounds": x.get("rounds"), "stop": x.get("stop"), "reason": x.get("reason"),
-                       "text": "; ".join(f"c={lv} {r.get('kind')}" + (f" {rep._r(r.get('ratio'))} {rep._ci(r.get('ci'))}"
+                       "text": "; ".join(f"c={lv} {r.get('kind')}" + (f" {rep._r(r.get('ratio'))} {rep._ci(decision_ci(r))}"
                                                                         if r.get("ratio") else "")
                                          for lv, r in (x.get("levels") or {}).items()) or x.get("text")}
                       for x in looks]}

@@ -62,8 +62,9 @@ def look(run_dir: str | Path, *, margin_pct: float | None = None, confidence: fl
     if unit == "start":
         base["starts"] = res["look"]
     return {**base, "stop": res["stop"], "reason": res["reason"], "kind": res["kind"], "text": res["text"],
-            "levels": {lv: {k: r[k] for k in ("kind", "n", "ratio", "ci", "ci_equivalence", "p_holm", "equivalent_at",
-                                              "text")} for lv, r in res["levels"].items()},
+            "levels": {lv: {k: r.get(k) for k in ("kind", "n", "ratio", "ci_decision", "ci_decision_what", "ci",
+                                                  "ci_equivalence", "p_holm", "equivalent_at", "text")}
+                       for lv, r in res["levels"].items()},
             "notes": res["notes"], "rule": res["correction"]}
 
 
@@ -75,10 +76,20 @@ def append_look(run_dir: str | Path, line: dict) -> Path:
     return path
 
 
+def decision_ci(row: dict) -> list | None:
+    """The interval shown beside a look's word: the one that decided it (`ci_decision`). Looks written before it was
+    recorded: the equivalence interval beside "equivalent", the simultaneous one beside "inconclusive", and none
+    beside a claim or a failed level (their recorded interval was not the deciding one)."""
+    if "ci_decision" in row:
+        return row["ci_decision"]
+    kind = row.get("kind")
+    return row.get("ci_equivalence") if kind == "equivalent" else row.get("ci") if kind == "inconclusive" else None
+
+
 def one_line(line: dict) -> str:
-    """What the command prints: the decision and each level in a few words."""
+    """What the command prints: the decision and each level in a few words, with the interval that decided it."""
     levels = "; ".join(f"c={lv} {r['kind']}" + (f" ×{r['ratio']:.3f}" if r.get("ratio") is not None else "")
-                       + (f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r.get("ci") else "")
+                       + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if (ci := decision_ci(r)) else "")
                        for lv, r in line["levels"].items())
     what = "STOP" if line["stop"] else "continue"
     return f"look after {line['rounds']} round(s): {what} ({line['reason']}); {levels or line.get('text', '')}"

@@ -20,6 +20,7 @@ from ttsrecords.results import Comparison, Summary, read_results
 from ttssim import heldout
 
 from . import plots
+from .looks import decision_ci
 
 TABLE_METRICS = ("throughput_rps", "audio_throughput", "e2e_p50", "e2e_p90", "e2e_p99", "ttfa_p50", "rtf_p50",
                  "stream_rtf_p50")
@@ -208,12 +209,20 @@ def cards(comparison: Comparison) -> list[dict]:
     return out
 
 
+def _shown_ci(row: dict) -> list | None:
+    """The interval beside a word: the one that decided it. Statistics written before `ci_decision` was recorded:
+    the TOST interval beside "equivalent", else the plain interval."""
+    if "ci_decision" in row:
+        return row["ci_decision"]
+    return row.get("ci_tost") if row.get("kind") == "equivalent" else row.get("ci")
+
+
 def _metric_row(summary, lv, m, res, headline_row=None, sequential=False) -> list:
     meta = summary.metrics[m]
     arms = [summary.arms[x].get(lv, {}).get(m) for x in ("A", "B")]
     kind = (headline_row or res)["kind"]
     word = (headline_row or res).get("word") or kind
-    ci = (headline_row or {}).get("ci_decision") or (headline_row or {}).get("ci") or res.get("ci")
+    ci = _shown_ci(headline_row if headline_row is not None else res)
     if kind in ("failed", "no_spread"):
         ci = None  # no interval decided it
     role = ("primary (sequential)" if sequential else "primary (Holm)") if headline_row is not None \
@@ -314,9 +323,9 @@ def failures_section(summary: Summary, comparison: Comparison) -> Section | None
     for lv in comparison.levels:
         a, b = head["levels"][lv], clean["headline"]["levels"][lv]
         changed = lv in clean["differs"]
-        rows.append([f"c={lv}", (a["kind"], f"k-{a['kind']}"), f"{_r(a.get('ratio'))} {_ci(a.get('ci'))}",
+        rows.append([f"c={lv}", (a["kind"], f"k-{a['kind']}"), f"{_r(a.get('ratio'))} {_ci(_shown_ci(a))}",
                      ", ".join(str(r) for r in clean["left_out"][lv]) or "none",
-                     (b["kind"], f"k-{b['kind']}"), f"{_r(b.get('ratio'))} {_ci(b.get('ci'))}",
+                     (b["kind"], f"k-{b['kind']}"), f"{_r(b.get('ratio'))} {_ci(_shown_ci(b))}",
                      ("DIFFERS", "k-slower") if changed else "same"])
     sec.parts.append(Table(["level", "all valid rounds", "ratio [interval]", "rounds left out", "without them",
                             "ratio [interval]", ""], rows,
@@ -394,7 +403,7 @@ def looks_section(summary: Summary, comparison: Comparison) -> Section | None:
                          + (comparison.headline or {}).get("correction", ""))
     rows = [[str(i + 1), str(x.get("rounds")), ("STOP", "k-faster") if x.get("stop") else "continue",
              (x.get("kind", DASH), f"k-{x.get('kind')}"), x.get("reason", ""),
-             "; ".join(f"c={lv} {r.get('kind')} {_r(r.get('ratio'))} {_ci(r.get('ci'))}"
+             "; ".join(f"c={lv} {r.get('kind')} {_r(r.get('ratio'))} {_ci(decision_ci(r))}"
                        for lv, r in (x.get("levels") or {}).items())] for i, x in enumerate(looks)]
     if rows:
         sec.parts.append(Table(["look", "rounds", "decision", "kind", "reason", "per level"], rows))

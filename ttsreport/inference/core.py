@@ -281,7 +281,7 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
         "equivalent": False, "gain": None if n == 0 else _gain(mean, higher_is_better),
         "kind": "inconclusive", "text": "", "rounds_needed": None, "rounds_needed_assumption": "",
         "ci_bootstrap": None, "notes": notes, "failed": failures, "scope": scope, "word": "inconclusive",
-        "no_spread": False,
+        "no_spread": False, "ci_decision": None, "ci_decision_what": None,
     }
     if failures["rounds"]:
         _fail(out, label)
@@ -318,6 +318,7 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
         if equivalent:
             out["text"] += f"; the difference lies within the ±{margin:g} % margin"
         out["rounds_needed"] = 0
+        out["ci_decision"], out["ci_decision_what"] = out["ci"], f"{100 * level:.4g} % interval, excludes 1"
     elif equivalent:
         out["kind"] = "equivalent"
         out["word"] = verdict_word("equivalent", scope)
@@ -325,7 +326,10 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
                        f"{100 * (1 - 2 * alpha):.0f} % interval [{math.exp(tlo):.3f}, {math.exp(thi):.3f}] inside "
                        f"[{out['equivalence_bounds'][0]:.3f}, {out['equivalence_bounds'][1]:.3f}]")
         out["rounds_needed"] = 0
+        out["ci_decision"] = out["ci_tost"]
+        out["ci_decision_what"] = f"{100 * (1 - 2 * alpha):.4g} % TOST interval, inside ±{margin:g} %"
     else:
+        out["ci_decision"], out["ci_decision_what"] = out["ci"], f"{100 * level:.4g} % interval, contains 1"
         need, why = rounds_needed(n, mean, sd, alpha=alpha, margin_log=delta, unit=unit)
         out.update(rounds_needed=need, rounds_needed_assumption=why)
         more = (f"about {_plural(need, unit)}" if need is not None else "out of reach at this noise"

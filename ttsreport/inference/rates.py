@@ -107,8 +107,11 @@ def compare_error_rates(a_failed: Sequence, a_total: Sequence, b_failed: Sequenc
     elif hi < 0:
         out["kind"] = "fewer_failures"
     out["no_claim_reason"] = why
+    if why:  # no interval decided this "inconclusive" (the paired one is missing): none is shown beside the word
+        out["ci_pp"] = None
     words = {"more_failures": "B fails more", "fewer_failures": "B fails less", "inconclusive": "inconclusive"}
+    shown = "" if why else f" [{100 * lo:+.2f}, {100 * hi:+.2f}]"
     out["text"] = (f"{words[out['kind']]}: failure rate B {100 * xb / nb:.2f} % vs A {100 * xa / na:.2f} %, "
-                   f"B − A {100 * mean:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] over {n} round(s)"
+                   f"B − A {100 * mean:+.2f} pp{shown} over {n} round(s)"
                    + (f"; no claim: {why}" if why else ""))
     return out

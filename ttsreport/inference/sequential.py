@@ -1,5 +1,5 @@
-"""Sequential rounds: the O'Brien-Fleming-shaped boundary from simulated null paths, the look, the repeated
-interval. Pure functions of per-unit ln(B/A) values."""
+"""Sequential rounds: a plain t test at the first look on a share of alpha, the O'Brien-Fleming-shaped boundary from
+simulated null paths on the rest, the look, the repeated interval. Pure functions of per-unit ln(B/A) values."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ from .core import SEQ_SEED, _check_margin, _headline, _mean_se, _number, holm
 
 SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
 LOG_BOUND_CAP = math.log(1e6)  # a repeated interval's bound beyond a ratio of 1e6 (or 1e-6) is shown there: unbounded
+# Share of a difference test's alpha spent at the first look on a plain t test (Bonferroni split with the
+# O'Brien-Fleming sequence, which gets the rest): an O'Brien-Fleming boundary at 2-3 units is a t quantile with 1-2
+# df at a tail of 1e-8 or less, so no effect however large could stop there. 0.3: a 10 % effect at 1 % per-round
+# spread is decided at a first look of 3 rounds 98 % of the time, at 0.4-0.5 points of power for small effects
+# later (docs/method.md, section 5; reports/bench/verdicts-synthetic.md).
+FIRST_LOOK_SHARE = 0.3
 
 
 def sequential_claim_interval(d: Sequence, *, min_rounds: int, max_rounds: int, alpha_step: float) -> list | None:
@@ -24,9 +30,8 @@ def sequential_claim_interval(d: Sequence, *, min_rounds: int, max_rounds: int, 
     it excludes 1 when the claim is made. `d` holds the level's per-unit ln(B/A) (None/NaN skipped, as there)."""
     vals = np.array([x for i, v in enumerate(d) if (x := _number("d", i, v)) is not None], dtype=float)
     two, one = _null_maxima(int(min_rounds), int(max_rounds))
-    c = _mc_quantile(two, alpha_step)
-    s = _sequential_level(vals, min_rounds=min_rounds, max_rounds=max_rounds, c_diff=c, c_eq=_mc_quantile(one, 0.05),
-                          two=two, delta=0.0)
+    s = _sequential_level(vals, min_rounds=min_rounds, max_rounds=max_rounds, alpha_diff=alpha_step,
+                          c_eq=_mc_quantile(one, 0.05), two=two, delta=0.0)
     return None if s["ci_log"] is None else [math.exp(x) for x in s["ci_log"]]
 
 
@@ -88,21 +93,38 @@ def _mc_pvalue(sorted_m: np.ndarray, observed: float) -> float:
     return min(1.0, p + _mc_margin(p, paths))
 
 
+def first_look_share(min_rounds: int, max_rounds: int) -> float:
+    """The share of a difference test's alpha spent on the plain t test at the first look: all of it when that is
+    the only look (the rule is then the ordinary t test), else FIRST_LOOK_SHARE."""
+    return 1.0 if min_rounds == max_rounds else FIRST_LOOK_SHARE
+
+
 def sequential_boundary(min_rounds: int, max_rounds: int, alpha: float, *, one_sided: bool = False) -> dict:
     """Critical t values per look n = min_rounds..max_rounds of the sequential rule at overall level alpha.
 
-    Boundary on the normal scale: C / sqrt(n / max_rounds) (the O'Brien-Fleming shape: strict early, near the
-    fixed-sample value at the end); the t statistic is put on that scale through its p-value; C is set so that the
-    chance that a true-null path ever crosses (either side, or the upper side if one_sided) is alpha.
+    Difference (two-sided): at the first look, a plain t test at alpha * first_look_share; at every look the
+    O'Brien-Fleming-shaped boundary C / sqrt(n / max_rounds) on the normal scale (the t statistic put there through
+    its p-value), C set so that a true-null path crosses it with chance alpha * (1 - share). A path that crosses
+    either has claimed; by Bonferroni the chance is at most alpha. Equivalence (one_sided): the O'Brien-Fleming
+    boundary alone at alpha. `t` is the critical |t| per look (the tighter of the two at the first look), `z` its
+    normal-scale value.
     """
     _check_rounds(min_rounds, max_rounds)
     two, one = _null_maxima(int(min_rounds), int(max_rounds))
-    c = _mc_quantile(one if one_sided else two, alpha)
+    share = 0.0 if one_sided else first_look_share(min_rounds, max_rounds)
     looks = np.arange(min_rounds, max_rounds + 1)
-    z = c / np.sqrt(looks / max_rounds)
-    t = _t_of_tail(looks - 1, sc.ndtr(-z))
+    t = np.full(looks.size, np.inf)
+    c = math.inf
+    if share < 1.0:
+        c = _mc_quantile(one if one_sided else two, alpha * (1.0 - share))
+        t = _t_crit(looks, c, max_rounds)
+    if share > 0.0:
+        t[0] = min(t[0], _t_of_tail(min_rounds - 1, alpha * share / 2.0))
+    z = -sc.ndtri(sc.stdtr(looks - 1, -t))
+    if share == 1.0:
+        c = float(z[0])  # a single look: the ordinary t test, whose normal-scale value is its z
     return {"C": c, "looks": looks.tolist(), "z": z.tolist(), "t": t.tolist(), "alpha": alpha,
-            "one_sided": one_sided, "paths": SEQ_PATHS, "seed": SEQ_SEED}
+            "one_sided": one_sided, "first_look_share": share, "paths": SEQ_PATHS, "seed": SEQ_SEED}
 
 
 def _check_rounds(min_rounds: int, max_rounds: int) -> None:
@@ -123,15 +145,23 @@ def _t_crit(looks: np.ndarray, c: float, max_rounds: int) -> np.ndarray:
 
 def _t_of_tail(df, tail):
     """The t value (df degrees of freedom) with upper-tail probability `tail`; +inf where the tail underflowed to 0
-    (stdtrit(df, 0) is -inf, which would flip an interval inside out)."""
+    (stdtrit(df, 0) is -inf, which would flip an interval inside out) or where stdtrit itself fails at a tail near
+    the underflow (scipy 1.x returns +inf for stdtrit(3, 1e-300): the bound would read minus infinity)."""
     tail = np.asarray(tail, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(tail > 0, -sc.stdtrit(df, np.where(tail > 0, tail, 0.5)), np.inf)
+        t = np.where(tail > 0, -sc.stdtrit(df, np.where(tail > 0, tail, 0.5)), np.inf)
+    return np.where(np.isfinite(t) & (t > 0) | (tail >= 0.5), t, np.inf)
 
 
-def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff: float, c_eq: float,
+def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, alpha_diff: float, c_eq: float,
                       two: np.ndarray, delta: float) -> dict:
-    """Running statistics of one level over its looks: sequential p, repeated intervals (intersected), decisions."""
+    """Running statistics of one level over its looks: sequential p, repeated intervals (intersected), decisions.
+
+    Differences at level alpha_diff: the first look's plain t test at alpha_diff * share and the O'Brien-Fleming
+    sequence at alpha_diff * (1 - share); p_sequential = min(p_first / share, p_obf / (1 - share)) (Bonferroni), and
+    the repeated interval at each look is the narrower of the two (both centred on the look's mean), so it excludes 0
+    exactly when p_sequential <= alpha_diff."""
+    share = first_look_share(min_rounds, max_rounds)
     d = d[:max_rounds]
     n_used = int(d.size)
     _, mean_all, sd_all, _ = _mean_se(d)
@@ -152,8 +182,14 @@ def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff
         t = np.where(se > 0, mean / se, np.where(mean == 0, 0.0, np.copysign(np.inf, mean)))
     z = np.sign(t) * -sc.ndtri(sc.stdtr(n - 1, -np.abs(t)))
     m_obs = float(np.max(np.abs(z) * np.sqrt(n / max_rounds)))
+    p_first = float(2.0 * sc.stdtr(min_rounds - 1, -abs(t[0])))
+    p_obf = _mc_pvalue(two, m_obs)
+    p_seq = min(1.0, p_first / share, p_obf / (1.0 - share) if share < 1.0 else math.inf)
+    t_diff = _t_crit(looks, _mc_quantile(two, alpha_diff * (1.0 - share)), max_rounds) if share < 1.0 else \
+        np.full(looks.size, np.inf)
+    t_diff[0] = min(t_diff[0], float(_t_of_tail(min_rounds - 1, alpha_diff * share / 2.0)))
     with np.errstate(invalid="ignore"):
-        hd = np.where(se > 0, _t_crit(looks, c_diff, max_rounds) * se, 0.0)
+        hd = np.where(se > 0, t_diff * se, 0.0)
         he = np.where(se > 0, _t_crit(looks, c_eq, max_rounds) * se, 0.0)
     lo_e, hi_e = np.maximum.accumulate(mean - he), np.minimum.accumulate(mean + he)
     inside = np.flatnonzero((lo_e > -delta) & (hi_e < delta))
@@ -162,7 +198,7 @@ def _sequential_level(d: np.ndarray, *, min_rounds: int, max_rounds: int, c_diff
     # scale, clipped at +-LOG_BOUND_CAP, so exp() and JSON never see an overflow or an infinity
     lo_d, hi_d = max(lo_d, -LOG_BOUND_CAP), min(hi_d, LOG_BOUND_CAP)
     lo_e, hi_e = np.clip(lo_e, -LOG_BOUND_CAP, LOG_BOUND_CAP), np.clip(hi_e, -LOG_BOUND_CAP, LOG_BOUND_CAP)
-    out.update(p_sequential=_mc_pvalue(two, m_obs), ci_log=[lo_d, hi_d],
+    out.update(p_sequential=p_seq, p_first_look=p_first, p_obrien_fleming=p_obf, ci_log=[lo_d, hi_d],
                ci_equivalence_log=[float(lo_e[-1]), float(hi_e[-1])],
                equivalent_at=int(looks[inside[0]]) if inside.size else None,
                empty=lo_d > hi_d or lo_e[-1] > hi_e[-1])
@@ -211,11 +247,15 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
             notes.append(f"{lv}: only the first {max_rounds} rounds are used (max_rounds)")
         values[lv] = np.array(vals, dtype=float)
     two, one = _null_maxima(int(min_rounds), int(max_rounds))
-    c_diff = _mc_quantile(two, alpha / n_levels)  # simultaneous (Bonferroni) repeated intervals for display
+    share = first_look_share(min_rounds, max_rounds)
+    # simultaneous (Bonferroni over levels) repeated intervals for display: alpha / n_levels per level
+    c_diff = _mc_quantile(two, alpha / n_levels * (1.0 - share)) if share < 1.0 else math.inf
     c_eq = _mc_quantile(one, alpha)
-    stats = {lv: _sequential_level(values[lv], min_rounds=min_rounds, max_rounds=max_rounds, c_diff=c_diff,
-                                   c_eq=c_eq, two=two, delta=delta) for lv in levels}
+    stats = {lv: _sequential_level(values[lv], min_rounds=min_rounds, max_rounds=max_rounds,
+                                   alpha_diff=alpha / n_levels, c_eq=c_eq, two=two, delta=delta) for lv in levels}
     adjusted = holm([stats[lv]["p_sequential"] for lv in levels])
+    tested = [lv for lv in levels if stats[lv]["p_sequential"] is not None]
+    step = {lv: k for k, lv in enumerate(sorted(tested, key=lambda x: stats[x]["p_sequential"]))}  # holm()'s order
     per_level, kinds = {}, {}
     for lv, p_holm in zip(levels, adjusted, strict=True):
         s = stats[lv]
@@ -227,21 +267,35 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
             row["ci_equivalence"] = [math.exp(x) for x in s["ci_equivalence_log"]]
         if s["empty"]:
             notes.append(f"{lv}: the repeated intervals no longer overlap (the effect drifted between rounds)")
-        if p_holm is not None and p_holm <= alpha and s["mean_log"]:
-            kind = "faster" if (s["mean_log"] > 0) == bool(higher_is_better) else "slower"
+        claim = None  # a Holm claim's repeated interval at its step (log scale): its side gives the direction, so a
+        if p_holm is not None and p_holm <= alpha:  # claim made at an early look keeps its word when the mean drifts
+            a_k = alpha / (len(tested) - step[lv])
+            claim = _sequential_level(values[lv], min_rounds=min_rounds, max_rounds=max_rounds, alpha_diff=a_k,
+                                      c_eq=c_eq, two=two, delta=delta)["ci_log"]
+        what = None
+        if claim is not None and (claim[0] > 0) != (claim[1] < 0):
+            kind = "faster" if (claim[0] > 0) == bool(higher_is_better) else "slower"
+            ci = [math.exp(x) for x in claim]
+            what = f"Holm step {step[lv] + 1} of {len(tested)}: repeated interval at alpha {a_k:.3g}"
+        elif claim is not None:  # the looks' intervals exclude 1 on both sides: they contradict each other
+            kind, ci = "inconclusive", None
+            notes.append(f"{lv}: repeated intervals exclude 1 on both sides (the effect drifted between rounds): "
+                         "no claim")
         elif row["equivalent"]:
-            kind = "equivalent"
+            kind, ci = "equivalent", row["ci_equivalence"]
+            what = f"repeated interval for equivalence, one-sided alpha per side, inside ±{margin:g} %"
         else:
-            kind = "inconclusive"
+            kind, ci = "inconclusive", row["ci"]
+            what = f"Bonferroni over {len(tested)} level(s): repeated interval, contains 1" if ci else None
         row["kind"] = kinds[lv] = kind
+        row["ci_decision"], row["ci_decision_what"] = ci, what
         if row["ci"] is None:
             row["text"] = f"{lv}: waiting for {min_rounds} rounds ({s['n']} so far)"
-        elif kind == "equivalent":
-            row["text"] = (f"equivalent within ±{margin:g} %: B ×{row['ratio']:.3f}, repeated interval "
-                           f"[{row['ci_equivalence'][0]:.3f}, {row['ci_equivalence'][1]:.3f}]")
+        elif ci is None:
+            row["text"] = f"{kind}: B ×{row['ratio']:.3f} (sequential; the looks' intervals contradict each other)"
         else:
-            lo, hi = s["ci_log"]
-            row["text"] = f"{kind}: B ×{row['ratio']:.3f} [{math.exp(lo):.3f}, {math.exp(hi):.3f}] (sequential)"
+            row["text"] = (f"{kind}{f' within ±{margin:g} %' if kind == 'equivalent' else ''}: B ×{row['ratio']:.3f} "
+                           f"[{ci[0]:.3f}, {ci[1]:.3f}] (sequential; {what})")
         per_level[lv] = row
     kind, text = _headline(kinds)
     decided = all(k != "inconclusive" for k in kinds.values())
@@ -252,8 +306,10 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
               "undecided levels stay inconclusive" if final else "continue: not every level is decided")
     return {"stop": stop, "reason": reason, "decided": decided, "kind": kind, "text": text, "look": rounds_seen,
             "levels": per_level, "alpha": alpha, "margin_pct": margin, "notes": notes,
-            "rule": (f"sequential t test after every round from {min_rounds} to {max_rounds}; O'Brien-Fleming shaped "
-                     f"boundary C/sqrt(n/{max_rounds}) calibrated on {SEQ_PATHS} simulated null paths (seed "
-                     f"{SEQ_SEED}); Holm over {n_levels} level(s) for differences; equivalence by repeated intervals "
-                     f"at one-sided alpha={alpha:g}"),
-            "boundary": {"C_difference_simultaneous": c_diff, "C_equivalence": c_eq}}
+            "rule": (f"sequential t test after every round from {min_rounds} to {max_rounds}: a plain t test at the "
+                     f"first look on {100 * share:g} % of alpha"
+                     + (f", an O'Brien-Fleming shaped boundary C/sqrt(n/{max_rounds}) on the rest, calibrated on "
+                        f"{SEQ_PATHS} simulated null paths (seed {SEQ_SEED})" if share < 1.0 else "")
+                     + f"; Holm over {n_levels} level(s) for differences; equivalence by repeated intervals at "
+                       f"one-sided alpha={alpha:g}"),
+            "boundary": {"C_difference_simultaneous": c_diff, "C_equivalence": c_eq, "first_look_share": share}}
