@@ -234,6 +234,7 @@ def test_rounds_needed_is_a_range_in_sequential_terms_or_out_of_reach():
                                                                mean * math.sqrt(k) / sd) >= 0.8)
     assert why.startswith(f"about {at_estimate - n}-{need} more rounds ({at_estimate}-{n + need} in all")
     assert "UNTIL=decided" in why and f"at least {n + need} rounds" in why and "second test" in why
+    assert "report its verdict alone" in why and "keeps the false-claim rate" not in why  # says what it protects
     far, why = inf.rounds_needed(4, 0.001, 0.05, alpha=0.05, margin_log=0.0)  # 0.1 % under 5 % noise
     assert far is None and why.startswith("out of reach at this noise: ") and "reduce the noise" in why
     a = np.full(4, 100.0)
@@ -695,9 +696,13 @@ def test_the_benchmark_of_findings_that_are_not_claims_holds_its_zero_checks():
 
     bench = vs.Bench(vs.SEED, 60)
     vs.not_claims(bench)
+    vs.not_measured(bench)
     rows = {(r["cell"], r["quantity"]): r for r in bench.rows}
     assert all(r["ok"] is True for r in bench.rows if r["ok"] is not None)
-    assert sum(r["ok"] is True for r in bench.rows) == 5
+    # 5 zero/all checks, 3 kinds of line whose interval must not contradict its word, 3 not-measured checks
+    assert sum(r["ok"] is True for r in bench.rows) == 11
+    lines = [r for (c, q), r in rows.items() if q.endswith("interval contradicts the word")]
+    assert len(lines) == 3 and all(r["n"] > 50 for r in lines)
     old = next(r for (c, q), r in rows.items() if q.startswith("same data, the failed round skipped"))
     assert old["k"] > 0.8 * old["n"]  # skipping the round as missing used to keep the claim
     newc = next(r for (c, q), r in rows.items() if q.startswith("claims by Newcombe"))

@@ -378,6 +378,42 @@ def sequential_alternatives(B: Bench) -> None:
                f"sequence (c={best:.3g}), looks 3..20", what, claims, rows, "contrast")
 
 
+def early_looks(B: Bench) -> None:
+    """A large effect at a small spread: decided at the first permitted look? And the whole procedure's false-claim
+    rate with the first look's t test on a share of alpha (margin 0: every null path runs to max_rounds)."""
+    from ttsreport.inference.sequential import FIRST_LOOK_SHARE
+    sec = f"Sequential: the first look (a plain t test on {100 * FIRST_LOOK_SHARE:g} % of alpha)"
+    for lo in (3, 2):
+        kw = {"min_rounds": lo, "max_rounds": 20, "alpha": 0.05, "higher_is_better": True, "margin_pct": MARGIN}
+        for pct, levels in ((25, 1), (10, 1), (25, 2)):
+            rng = B.rng()
+            first = wrong = 0
+            for _ in range(B.trials):
+                d = {f"c{j}": rng.normal(math.log1p(pct / 100), SD, lo) for j in range(levels)}
+                look = inf.sequential_look(d, look=lo, **kw)
+                first += look["stop"] and all(r["kind"] == "faster" for r in look["levels"].values())
+                wrong += any(r["kind"] == "slower" for r in look["levels"].values())
+            what = f"B ×{1 + pct / 100:g} at sd 1 %, {levels} level{'s' if levels > 1 else ''}, min {lo}, max 20"
+            # the ceiling: a plain t test on all of alpha (over Holm's first step) at that look, exact
+            df, ncp = lo - 1, math.log1p(pct / 100) / SD * math.sqrt(lo)
+            share = FIRST_LOOK_SHARE / levels
+            exact = float(sps.nct.sf(sps.t.ppf(1 - 0.05 * share / 2, df), df, ncp))
+            ceiling = float(sps.nct.sf(sps.t.ppf(1 - 0.05 / levels / 2, df), df, ncp))
+            B.rate(sec, what, "decided (every level faster) at the first permitted look", first, B.trials,
+                   f"exact {100 * exact:.1f} % per level; a t test on all of alpha there: {100 * ceiling:.1f} %",
+                   None if lo == 2 or pct == 10 else "ge93")
+            B.rate(sec, what, "wrong direction", wrong, B.trials, "≈ 0", "near0")
+    t = B.trials * 5
+    for lo, hi in ((2, 20), (2, 6), (3, 6)):
+        rng = B.rng()
+        kw = {"min_rounds": lo, "max_rounds": hi, "alpha": 0.05, "higher_is_better": True, "margin_pct": 0.0}
+        d = rng.normal(0, SD, (t, hi))
+        claims = sum(inf.sequential_look({"c": d[i]}, **kw)["levels"]["c"]["kind"] in ("faster", "slower")
+                     for i in range(t))
+        B.rate(sec, f"true ratio 1, margin 0 (runs to max_rounds), min {lo}, max {hi}",
+               "false difference claims (the whole procedure)", claims, t, "<= 5 %", "le5")
+
+
 def nested(B: Bench) -> None:
     sec = "Nested designs: window pairs inside server starts"
     S, W, s_start, s_pair = 6, 4, SD, SD
@@ -580,6 +616,7 @@ def not_claims(B: Bench) -> None:
                                                                                and ci is None))
     B.rate(sec, f"{B.trials} experiments of 1-5 levels, 2-9 rounds, effects up to ±3 %", "cards whose interval "
            "contradicts their word (Holm step / TOST / Bonferroni)", bad, cards, "0", "zero")
+    lines_interval(B, sec)
     rng = B.rng()  # swap: every pair in one start; a start-by-arm effect (sd 1 %) moves every pair of the start alike
     for pairs in (4, 8, 16, 32):
         claims = 0
@@ -593,6 +630,93 @@ def not_claims(B: Bench) -> None:
         B.rate(sec, f"swap, {pairs} pairs in one start, server's true ratio 1, start x arm sd 1 %",
                "claims, each worded 'in this server start' (true of that start, not of the server)", claims,
                B.trials, "reported: why the word says so")
+
+
+def _agrees(kind: str, ci, higher: bool = True) -> bool:
+    """Whether an interval (ratios B/A) can have decided the word beside it (margin ±MARGIN %)."""
+    if ci is None:
+        return kind in ("no_spread", "failed", "inconclusive")
+    lo, hi = ci
+    up, down = (lo > 1.0, hi < 1.0) if higher else (hi < 1.0, lo > 1.0)
+    return {"faster": up, "slower": down, "inconclusive": lo <= 1.0 <= hi,
+            "equivalent": 1 / (1 + MARGIN / 100) < lo and hi < 1 + MARGIN / 100}.get(kind, False)
+
+
+def lines_interval(B: Bench, sec: str) -> None:
+    """Every other line that shows a word beside an interval: secondary rows (compare_rounds alone), the looks
+    (table, --look line, looks.jsonl, the dashboard's live view: sequential_look's rows and the line printed from
+    them), the failures section (decide_levels on the rounds without failures) and the error-rate line."""
+    from ttsreport import looks as lk
+    rng = B.rng()
+    counts = {"secondary": [0, 0], "looks": [0, 0], "error rate": [0, 0]}
+    for _ in range(B.trials):
+        n_lv, k = int(rng.integers(1, 5)), int(rng.integers(2, 10))
+        d = {}
+        for lv in range(n_lv):
+            a, b = rounds(rng, 1, k, float(rng.uniform(-0.03, 0.03)), float(rng.uniform(0.001, 0.03)))
+            higher = bool(rng.integers(0, 2))
+            r = inf.compare_rounds(a[0], b[0], higher_is_better=higher, margin_pct=MARGIN, confidence=CONF)
+            counts["secondary"][0] += not _agrees(r["kind"], r["ci_decision"], higher)
+            counts["secondary"][1] += 1
+            d[str(lv)] = np.log(b[0] / a[0])
+        look = inf.sequential_look(d, min_rounds=2, max_rounds=max(k, 3), margin_pct=MARGIN, higher_is_better=True)
+        for lv, row in look["levels"].items():
+            if row["ci"] is None and row["ci_decision"] is None:
+                continue  # waiting for min_rounds: no word yet
+            ci = row["ci_decision"]
+            line = lk.one_line({"rounds": k, "stop": look["stop"], "reason": look["reason"], "levels": {lv: row}})
+            shown = ci is None or f"[{ci[0]:.3f}, {ci[1]:.3f}]" in line and f"[{ci[0]:.3f}, {ci[1]:.3f}]" in row["text"]
+            counts["looks"][0] += not (_agrees(row["kind"], ci) and shown)
+            counts["looks"][1] += 1
+        tot = rng.integers(1, 60, k)
+        pa, pb = float(rng.uniform(0, 0.3)), float(rng.choice([0.0, 0.3, 1.0]))
+        for fa, fb in ((rng.binomial(tot, pa), rng.binomial(tot, pb)), (np.zeros(k, int), tot)):
+            e = inf.compare_error_rates(fa, tot, fb, tot)
+            ci = e["ci_pp"]
+            ok = ((e["kind"] == "more_failures" and ci[0] > 0) or (e["kind"] == "fewer_failures" and ci[1] < 0)
+                  or (e["kind"] == "inconclusive" and (ci is None or ci[0] <= 0 <= ci[1])))
+            counts["error rate"][0] += not ok
+            counts["error rate"][1] += 1
+    names = {"secondary": "secondary rows (each metric's own interval: claim / TOST / plain)",
+             "looks": "sequential look rows and the printed look line (Holm-step repeated interval / equivalence / "
+                      "simultaneous)",
+             "error rate": "error-rate lines (hull; none shown when no interval decided it), incl. B failing "
+                           "every request in every round"}
+    for key, (bad, n) in counts.items():
+        B.rate(sec, f"{B.trials} experiments of 1-4 levels, 2-9 rounds", names[key] + ": interval contradicts "
+               "the word", bad, n, "0", "zero")
+
+
+def not_measured(B: Bench) -> None:
+    """A window too short to hold a request (no measure-phase request started, 0 errors) in the slower arm: the
+    statistics' rounds (ttsreport.rounds.values) leave the round out as invalid; never 'failed', never a zero."""
+    from ttsreport import rounds as rd
+    sec = "Findings that are not claims, and the interval beside each word"
+    rng = B.rng()
+    failed = zero = listed = claims = 0
+    for _ in range(B.trials):
+        n = 4
+        a, b = rounds(rng, 1, n, -0.05)  # B 5 % slower
+        lost = int(rng.integers(0, n))
+        pairs = {}
+        for r in range(n):
+            lb = {"n": 0, "n_error": 0, "window_s": 0.06, "throughput_rps": None, "e2e_p50": None} if r == lost else \
+                {"n": 10, "n_error": 0, "window_s": 30.0, "throughput_rps": float(b[0][r]), "e2e_p50": 3.0}
+            la = {"n": 12, "n_error": 0, "window_s": 30.0, "throughput_rps": float(a[0][r]), "e2e_p50": 3.0}
+            pairs[r] = {"A": {"levels": {"2": la}, "block_id": f"{2 * r:03d}-A", "start": 0},
+                        "B": {"levels": {"2": lb}, "block_id": f"{2 * r + 1:03d}-B", "start": 0}}
+        v = rd.values(pairs, "2", "throughput_rps")
+        res = inf.compare_rounds(v["a"], v["b"], higher_is_better=True, margin_pct=MARGIN, confidence=CONF,
+                                 failed=v["failed"])
+        failed += res["kind"] == "failed" or any(v["failed"])
+        zero += any(x is not None and x <= 0 for x in v["a"] + v["b"])
+        listed += [x["round"] for x in v["not_measured"]] == [lost]
+        claims += res["kind"] == "slower"
+    cell = "4 rounds, B ×0.95, B's window at c=2 too short for a request (n 0, 0 errors) in 1 round"
+    B.rate(sec, cell, "called 'failed'", failed, B.trials, "0", "zero")
+    B.rate(sec, cell, "read as a zero", zero, B.trials, "0", "zero")
+    B.rate(sec, cell, "listed as not measured (that round)", listed, B.trials, "all", "all")
+    B.rate(sec, cell, "says slower from the 3 measured rounds", claims, B.trials, "reported")
 
 
 def _beta(mean: float, sd: float) -> tuple[float, float]:
@@ -702,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="markdown file to write (a .json of the raw numbers goes beside it)")
     ap.add_argument("--trials", type=int, default=2000, help="experiments per cell (false-claim cells use 5x)")
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--only", default="", help="comma-separated cells to run (a quick check; the page is written "
+                                                "with those sections only)")
     args = ap.parse_args(argv)
     if args.trials < 50:
         print("error: --trials must be >= 50", file=sys.stderr)
@@ -709,14 +835,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"seed {args.seed}, {args.trials} trials per cell", flush=True)
     B = Bench(args.seed, args.trials)
     t0 = time.perf_counter()
-    for step in (fixed_design, equivalence, coverage, robustness, multilevel, sequential, sequential_alternatives,
-                 nested, checks, not_claims, planning):
+    steps = (fixed_design, equivalence, coverage, robustness, multilevel, sequential, sequential_alternatives,
+             early_looks, nested, checks, not_claims, not_measured, planning)
+    only = set(args.only.split(",")) if args.only else None
+    if only and not only <= {f.__name__ for f in steps}:
+        print(f"error: --only names one of {', '.join(f.__name__ for f in steps)}", file=sys.stderr)
+        return 2
+    for step in steps:
+        if only and step.__name__ not in only:
+            continue
         t1 = time.perf_counter()
         step(B)
         print(f"{step.__name__}: {time.perf_counter() - t1:.0f} s", flush=True)
     seconds = time.perf_counter() - t0
     cmd = "python -m tools.verdict_synthetic --out " + args.out + \
-        (f" --trials {args.trials}" if args.trials != 2000 else "") + (f" --seed {args.seed}" if args.seed != SEED else "")
+        (f" --trials {args.trials}" if args.trials != 2000 else "") + (f" --seed {args.seed}" if args.seed != SEED else "") \
+        + (f" --only {args.only}" if args.only else "")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(markdown(B, seconds, cmd), encoding="utf-8")

@@ -218,9 +218,10 @@ def rounds_needed(n: int, mean_log: float, sd_log: float | None, *, alpha: float
     span = f"{low}-{need}" if low < need else f"{need}"
     return need, (f"about {span} more {unit}s ({k_est}-{k} in all: at the observed spread and at its upper bound) "
                   f"for {100 * POWER:.0f} % power to reach {what} ({spread}). Run it again under the sequential "
-                  f"rule (UNTIL=decided, a maximum of at least {k} {unit}s), which keeps the false-claim rate over "
-                  "its looks, with this run as its pilot; adding rounds to this run and looking again is a second "
-                  "test and raises false claims (docs/method.md, section 6)")
+                  f"rule (UNTIL=decided, a maximum of at least {k} {unit}s), with this run as its pilot: the new "
+                  "run's own false-claim rate stays at most alpha over all its looks, so report its verdict alone "
+                  "(reading this run's verdict as well makes two tests of one question); adding rounds to this run "
+                  "and looking again is a second test and raises false claims (docs/method.md, section 6)")
 
 
 # ----------------------------------------------------------------------------------------------- one comparison
