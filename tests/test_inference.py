@@ -730,5 +730,11 @@ def test_plan_chance_is_the_chance_that_the_planned_run_reaches_its_target():
     q = inf.plan_nested(pilot, 100.0, 50.0, 1.0)
     got = inf.plan_chance(pilot, q["starts"], q["windows_per_start"], 1.0)
     assert got["pilot_df"] == {"start": 3, "pair": 4} and 0.0 < got["with_pilot_uncertainty"] < 1.0
+    # a 2 x 2 pilot: the truth given the pilot is mostly more variable than its 1-df estimate, so the chance falls
+    # (redrawing the estimate around itself went the other way: 68 % -> 74 % where planned runs reached 50 %)
+    small = inf.variance_components(np.array([0.01, 0.012, -0.004, -0.001]), [0, 0, 1, 1])
+    r = inf.plan_nested(small, 200.0, 50.0, 1.0)
+    two = inf.plan_chance(small, r["starts"], r["windows_per_start"], 1.0)
+    assert two["pilot_df"]["start"] == 1 and two["with_pilot_uncertainty"] < two["known_variances"]
     with pytest.raises(ValueError, match="S >= 2"):
         inf.plan_chance(comp, 1, 1, 1.0)

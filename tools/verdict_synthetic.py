@@ -764,6 +764,45 @@ def planning(B: Bench) -> None:
                    "reported (a second look: see method)")
 
 
+def plan_calibration(B: Bench) -> None:
+    """plan.json's chance_of_target against what the planned runs do: pilots of 2 starts x 2 window pairs (truth: sd 1 %
+    between starts, 0.5 % between pairs), plan_nested for ±1 % (a start costs 4 window pairs), the planned run drawn
+    from the truth; its own 95 % t interval over starts reaches the half-width or not."""
+    sec = "Planning: plan.json's chance of reaching the target, against the planned runs"
+    rng = B.rng()
+    s_start, s_pair, target = 0.01, 0.005, 1.0
+    h = math.log1p(target / 100)
+    known, post, reached, rated80 = [], [], [], []
+    for _ in range(B.trials):
+        starts = np.repeat(np.arange(2), 2)
+        d = rng.normal(0, s_start, 2)[starts] + rng.normal(0, s_pair, 4)
+        comp = inf.variance_components(d, starts)
+        p = inf.plan_nested(comp, 200.0, 50.0, target)
+        if not p["feasible"]:
+            continue
+        S, W = p["starts"], p["windows_per_start"]
+        ch = inf.plan_chance(comp, S, W, target, draws=1000)
+        unit = rng.normal(0, s_start, S) + rng.normal(0, s_pair, (S, W)).mean(axis=1)
+        ok = bool(float(sc.stdtrit(S - 1, 0.975)) * unit.std(ddof=1) / math.sqrt(S) <= h)
+        known.append(ch["known_variances"])
+        post.append(ch["with_pilot_uncertainty"])
+        reached.append(ok)
+        if ch["with_pilot_uncertainty"] >= 0.8:
+            rated80.append(ok)
+    n = len(reached)
+    cell = "pilot 2 starts x 2 pairs, truth sd 1 % start / 0.5 % pair, target ±1 %"
+    r = B.rate(sec, cell, "planned runs that reach the target", int(sum(reached)), n,
+               f"predicted (mean over pilots): {100 * np.mean(post):.1f} % given the pilot's uncertainty, "
+               f"{100 * np.mean(known):.1f} % with the pilot's variances taken as true")
+    lo, hi = r["lo"], r["hi"]
+    B.value(sec, cell, "calibration: mean predicted chance given the pilot within 5 points of the realised rate",
+            f"{100 * np.mean(post):.1f} % vs {100 * r['rate']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]",
+            "within ±5 points", bool(abs(np.mean(post) - r["rate"]) <= 0.05))
+    if rated80:
+        B.rate(sec, cell, "pilots rated >= 80 % given the pilot: planned runs that reach the target",
+               int(sum(rated80)), len(rated80), "reported (the audit found 17.7 % for the old rating)")
+
+
 # ----------------------------------------------------------------------------------------------- output
 
 
@@ -836,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     B = Bench(args.seed, args.trials)
     t0 = time.perf_counter()
     steps = (fixed_design, equivalence, coverage, robustness, multilevel, sequential, sequential_alternatives,
-             early_looks, nested, checks, not_claims, not_measured, planning)
+             early_looks, nested, checks, not_claims, not_measured, planning, plan_calibration)
     only = set(args.only.split(",")) if args.only else None
     if only and not only <= {f.__name__ for f in steps}:
         print(f"error: --only names one of {', '.join(f.__name__ for f in steps)}", file=sys.stderr)

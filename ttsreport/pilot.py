@@ -121,7 +121,8 @@ def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: 
                 "per_level": chance, "pilot_df": p["chance"]["pilot_df"],
                 "meaning": "the chance that the planned run's own interval reaches the target half-width at every "
                            "level (the lowest over the levels): with the pilot's variances taken as true, and "
-                           "averaged over what a pilot this size leaves open about them"},
+                           "averaged over the truth given the pilot (its expected mean squares drawn from "
+                           "ms * df / chi2_df); the second is the one to plan with"},
             "rule": "the cheapest (S starts, W window pairs per start) whose t interval on ln(B/A) reaches the target "
                     "at every level (inference.plan_nested); the level needing the most decides"}
 
