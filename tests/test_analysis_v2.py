@@ -18,6 +18,7 @@ from scipy import stats as sps
 
 from ttsrecords import records as rec
 from ttsreport import __main__ as cli
+from ttsreport import inference as inf
 from ttsreport import report
 from ttsreport.analysis import Options, summarize, write_statistics
 from ttsreport.blocks import block_summary, load_run
@@ -546,3 +547,34 @@ def test_a_window_too_short_for_a_request_is_invalid_not_failed(tmp_path, name, 
     assert "failed" not in md.split("## Verdicts per level")[0].replace("failed / all", "")
     assert f"NOT MEASURED at c={level} in 1 of" in md and "fix the failure" not in md
     assert f"round {rnd}: invalid at c={level}: {arm} not measured" in md  # listed with the skipped units
+
+
+def test_a_sequential_claim_made_before_a_failure_stays(tmp_path):
+    """B is faster at every level; every c=8 request of B fails in the last round, after the looks had claimed
+    "faster" there: the claim stays (docs/method.md: a claim, once made, stays), with the failure named first."""
+    run = sr.fresh(tmp_path / "r", rounds=6, b_factor=1 / 1.05, sequential=SEQ,
+                   failures=lambda i, arm: {8: 10_000} if (i == 5 and arm == "B") else {})
+    _, comp = summarize(run)
+    head = comp["headline"]
+    row = head["levels"]["8"]
+    assert row["kind"] == "faster" and row["ci_decision"][0] > 1.0 and "the claim stays" in row["text"]
+    assert head["kind"] == "failed" and head["text"].startswith("B failed at c=8 in 1 of 6 rounds (B faster there")
+
+
+def test_a_failure_keeps_only_the_claim_it_can_strengthen():
+    """B fails in one round; the rounds where both worked say B is 5 % slower: "slower" stands (the failure can only
+    strengthen it), named after the failure. The same rounds with A failed instead: "failed", no claim."""
+    rng = np.random.default_rng(5)
+    a = 100 * np.exp(rng.normal(0, 0.03, 5))
+    b = list(a * np.exp(rng.normal(-0.05, 0.005, 5)))
+    b[2] = 1.0  # the failed round's survivors: nothing like the others
+    kw = {"higher_is_better": True, "margin_pct": 1.0, "confidence": 0.95}
+    bf = inf.compare_rounds(a, b, **kw, failed=[None, None, "B", None, None])
+    assert bf["kind"] == "slower" and bf["claim_allowed"] == "slower" and bf["ci_decision"][1] < 1.0
+    assert bf["text"].startswith("B failed in 1 of 5 rounds, and slower in the rounds where both worked")
+    af = inf.compare_rounds(a, b, **kw, failed=[None, None, "A", None, None])
+    assert af["kind"] == "failed" and af["ci_decision"] is None
+    dec = inf.decide_levels({"8": bf, "64": inf.compare_rounds(a, a * 1.001 ** np.arange(5), **kw)})
+    assert dec["kind"] == "failed" and dec["levels"]["8"]["kind"] == "slower"
+    assert dec["text"].startswith("B failed at c=8 in 1 of 5 rounds (B slower there in the rounds where both worked)")
+    assert dec["levels"]["8"]["ci_decision"][1] < 1.0

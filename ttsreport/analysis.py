@@ -161,17 +161,33 @@ def compare_metric(pairs: dict, level: str, metric: str, *, unit: str, margin_pc
     return res
 
 
-def unit_log_ratios(pairs: dict, level: str, metric: str, unit: str) -> list[float | None]:
-    """ln(B/A) per unit in run order: per round, or per server start (the mean of its rounds) in a nested design."""
+def unit_log_ratios(pairs: dict, level: str, metric: str, unit: str, *, drop_failed: bool = False
+                    ) -> list[float | None]:
+    """ln(B/A) per unit in run order: per round, or per server start (the mean of its rounds) in a nested design.
+    drop_failed: a round in which an arm failed there (rounds.failed_arms) counts as missing."""
     v = rd.values(pairs, level, metric)
-    d = [None if a is None or b is None else math.log(b / a) for a, b in zip(v["a"], v["b"], strict=True)]
+    d = [None if a is None or b is None or (drop_failed and f) else math.log(b / a)
+         for a, b, f in zip(v["a"], v["b"], v["failed"], strict=True)]
     if unit != "start":
         return d
     by: dict = {}
     for s, x in zip(v["start"], d, strict=True):
+        by.setdefault(s, [])
         if x is not None:
-            by.setdefault(s, []).append(x)
-    return [float(np.mean(xs)) for xs in by.values()]
+            by[s].append(x)
+    return [float(np.mean(xs)) if xs else None for xs in by.values()]
+
+
+def first_failed_unit(pairs: dict, level: str, metric: str, unit: str) -> int | None:
+    """The index (in unit_log_ratios' order) of the first unit holding a round in which an arm failed; None if none."""
+    v = rd.values(pairs, level, metric)
+    keys = v["round"] if unit != "start" else list(dict.fromkeys(v["start"]))
+    for i, k in enumerate(keys):
+        rounds = [f for r, s, f in zip(v["round"], v["start"], v["failed"], strict=True)
+                  if (r if unit != "start" else s) == k]
+        if any(rounds):
+            return i
+    return None
 
 
 def headline_fixed(results: dict, alpha: float, scope: str | None = None) -> dict:
@@ -186,19 +202,34 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
     boundary for the units the looks count (min_units..max_units: rounds, or starts in a nested design); `final`:
     no unit is left to run, so this look decides.
 
-    A level that the fixed analysis (`fixed_results`: compare_rounds per level) found failed or without spread is no
-    claim here either: the sequential rule sees only the rounds that produced a ratio."""
-    d = {lv: unit_log_ratios(pairs, lv, metric, unit) for lv in levels}
-    look = inf.sequential_look(d, min_rounds=seq["min_units"], max_rounds=seq["max_units"], alpha=seq["alpha"],
-                               margin_pct=seq["margin_pct"], higher_is_better=METRICS[metric].better == "higher",
-                               final=final)
+    A level without spread in the fixed analysis (`fixed_results`: compare_rounds per level) is no claim here either.
+    A level where an arm failed (the failed rounds count as missing) keeps a claim the looks made before its first
+    failure (a claim, once made, stays), or makes the one claim its failures can only strengthen (B failed: "slower";
+    A failed: "faster", inference.claim_allowed); otherwise it is "failed"."""
+    d = {lv: unit_log_ratios(pairs, lv, metric, unit, drop_failed=True) for lv in levels}
+    kw = {"min_rounds": seq["min_units"], "max_rounds": seq["max_units"], "alpha": seq["alpha"],
+          "margin_pct": seq["margin_pct"], "higher_is_better": METRICS[metric].better == "higher"}
+    look = inf.sequential_look(d, final=final, **kw)
     out = {**look, "rule": "sequential", "correction": look["rule"], "settings": seq, "scope": scope}
     kinds = {}
     for lv, row in out["levels"].items():  # the look gives each word the interval that decided it (ci_decision)
         fixed = (fixed_results or {}).get(lv) or {}
         row["failed"] = fixed.get("failed")
-        if fixed.get("kind") in ("failed", "no_spread"):
-            row.update(kind=fixed["kind"], text=fixed["text"], ci_decision=None, ci_decision_what=None)
+        if fixed.get("kind") == "no_spread":
+            row.update(kind="no_spread", text=fixed["text"], ci_decision=None, ci_decision_what=None)
+        elif (fixed.get("failed") or {}).get("rounds"):
+            first = first_failed_unit(pairs, lv, metric, unit)
+            before = (inf.sequential_look(d, look=first, **kw)["levels"][lv]
+                      if first is not None and first >= seq["min_units"] else {})
+            if before.get("kind") in ("faster", "slower"):  # claimed before the failure: the claim stays
+                row.update({k: before[k] for k in ("kind", "ci_decision", "ci_decision_what", "ratio")},
+                           text=f"{inf.failure_words(fixed['failed'])} after B was claimed {before['kind']} at look "
+                                f"{first}: the claim stays; {before['text']}")
+            elif row["kind"] in ("faster", "slower") and row["kind"] == inf.claim_allowed(fixed["failed"]):
+                row["text"] = (f"{inf.failure_words(fixed['failed'])}, and {row['kind']} in the rounds where both "
+                               f"worked: {row['text']}; the failures can only strengthen it")
+            else:
+                row.update(kind="failed", text=fixed["text"], ci_decision=None, ci_decision_what=None)
         row["word"] = inf.verdict_word(row["kind"], scope)
         kinds[lv] = row["kind"]
     out["kind"], out["text"] = inf._headline(kinds, scope=scope, failures={lv: r.get("failed")
@@ -207,6 +238,8 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
     out["decided"] = all(k in inf.CLAIMS for k in kinds.values())
     if look["decided"] and not out["decided"]:
         out["reason"] = "the sequential rule decided every level, but an arm failed or showed no spread at one"
+    if out["decided"] and not look["stop"]:  # every level claimed, some before a failure: nothing left to decide
+        out.update(stop=True, reason="every level decided (a claim made before a failure stays)")
     return out
 
 

@@ -124,12 +124,14 @@ def banners(summary: Summary, comparison: Comparison) -> list[tuple[str, str]]:
     head = comparison.headline or {}
     for lv in comparison.levels or []:
         row = (head.get("levels") or {}).get(lv) or {}
-        if row.get("kind") == "failed":
+        if row.get("kind") == "failed" or (row.get("failed") or {}).get("rounds"):
             res = comparison.per_level[lv]["metrics"][comparison.primary_metric]
             why = "; ".join(n.split(": the arm failed there")[0] for n in res.get("notes") or []
                             if "the arm failed there" in n)
-            out.append(("invalid", f"ARM FAILED at c={lv} — {why}. No speed claim at c={lv} from the remaining "
-                                   "rounds: fix the failure and rerun."))
+            kept = (f"B {row['kind']} at c={lv} stands from the rounds where both arms worked (the failures can only "
+                    "strengthen it)" if row.get("kind") in ("faster", "slower") else
+                    f"No speed claim at c={lv} from the remaining rounds")
+            out.append(("invalid", f"ARM FAILED at c={lv} — {why}. {kept}: fix the failure and rerun."))
         gone = comparison.per_level[lv].get("not_measured") or []
         if gone:
             rounds = sorted({x["round"] for x in gone})

@@ -19,6 +19,7 @@ from .core import (
                    _headline,
                    _interval,
                    _mean_se,
+                   claim_allowed,
                    compare_rounds,
                    decide_levels,
                    failure_words,
@@ -34,7 +35,7 @@ from .variance import aa_check, order_effect, plan_chance, plan_nested, variance
 
 __all__ = [
     "CLAIMS", "KINDS", "NO_SPREAD_LOG", "POWER", "_check_confidence", "_check_margin", "_headline", "_interval",
-    "_mean_se", "_t_crit", "aa_check", "compare_error_rates", "compare_rounds", "decide_levels", "failure_words",
+    "_mean_se", "_t_crit", "aa_check", "claim_allowed", "compare_error_rates", "compare_rounds", "decide_levels", "failure_words",
     "holm", "log_ratios", "mark_secondary", "newcombe", "order_effect", "plan_chance", "plan_nested",
     "rounds_needed", "sequential_boundary", "sequential_claim_interval", "sequential_look", "target_met",
     "variance_components", "verdict_word", "wilson",

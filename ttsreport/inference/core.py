@@ -282,13 +282,16 @@ def compare_rounds(a: Sequence, b: Sequence, *, higher_is_better: bool, margin_p
         "equivalent": False, "gain": None if n == 0 else _gain(mean, higher_is_better),
         "kind": "inconclusive", "text": "", "rounds_needed": None, "rounds_needed_assumption": "",
         "ci_bootstrap": None, "notes": notes, "failed": failures, "scope": scope, "word": "inconclusive",
-        "no_spread": False, "ci_decision": None, "ci_decision_what": None,
+        "no_spread": False, "ci_decision": None, "ci_decision_what": None, "claim_allowed": None,
     }
     if failures["rounds"]:
         _fail(out, label)
         if n >= 2:
             lo, hi = _interval(mean, se, n - 1, level)
             out.update(ci_log=[lo, hi], ci=[math.exp(lo), math.exp(hi)], p_value=_t_p(mean, se, n - 1))
+            kind = ("faster" if (mean > 0) == bool(higher_is_better) else "slower") if lo > 0 or hi < 0 else None
+            if kind is not None and kind == out["claim_allowed"] and sd >= NO_SPREAD_LOG:
+                _claim_despite_failure(out, kind, label, mean, lo, hi, level, scope)
         return out
     if n < 2:
         need, why = rounds_needed(n, mean, None, alpha=alpha, margin_log=delta, unit=unit)
@@ -373,10 +376,30 @@ def failure_words(failures: Mapping, where: str = "") -> str:
     return " and ".join(f"{arm} failed{at} in {k} of {n} round{'s' if n != 1 else ''}" for arm, k in sorted(by.items()))
 
 
+def claim_allowed(failures: Mapping) -> str | None:
+    """The one claim a level with failed rounds may still make: the direction its failures can only strengthen.
+    Only B failed: "slower" (the rounds where B worked are, if anything, its better ones, so they bias against
+    "B slower"); only A failed: "faster"; both arms, or none: no claim."""
+    arms = set((failures or {}).get("by_arm") or {})
+    return {"B": "slower", "A": "faster"}.get(arms.pop()) if len(arms) == 1 else None
+
+
+def _claim_despite_failure(out: dict, kind: str, label: str, mean: float, lo: float, hi: float, level: float,
+                           scope: str | None) -> None:
+    """A level whose failures can only strengthen its claim keeps the claim from the rounds where both arms worked,
+    with the failure named first."""
+    out.update(kind=kind, word=verdict_word(kind, scope), rounds_needed=0, ci_decision=out["ci"],
+               ci_decision_what=f"{100 * level:.4g} % interval over the {out['n']} {out['unit']}s where both arms "
+                                "worked, excludes 1")
+    out["text"] = (f"{failure_words(out['failed'])}, and {out['word']} in the rounds where both worked: "
+                   f"{_ratio_words(label, mean, lo, hi)}; the failures can only strengthen '{kind}'")
+
+
 def _fail(out: dict, label: str) -> None:
     """Mark a compare_rounds result as failed: no claim, no equivalence, no rounds-needed advice."""
     out.update(kind="failed", word="failed", p_value=None, p_tost=None, equivalent=False, rounds_needed=None,
-               rounds_needed_assumption="an arm failed: fix the failure and rerun; more rounds do not repair it")
+               rounds_needed_assumption="an arm failed: fix the failure and rerun; more rounds do not repair it",
+               claim_allowed=claim_allowed(out["failed"]))
     k = out["failed"]["of"] - len(out["failed"]["rounds"])
     shown = "" if out["ratio"] is None else (f" (the other {k} round{'s' if k != 1 else ''}, without the failed "
                                              f"ones, read B {label} ×{out['ratio']:.3f})")
@@ -404,18 +427,20 @@ def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | N
     produced nothing. A level without spread comes next ("no spread at c=8: check the set-up"): identical
     measurements say the set-up is wrong. `scope` qualifies every claim word ("faster in this server start")."""
     by: dict[str, list[str]] = {k: [] for k in KINDS}
+    failed_at = [lv for lv, k in kinds.items() if k == "failed" or ((failures or {}).get(lv) or {}).get("rounds")]
     for lvl, k in kinds.items():
-        by[k].append(str(lvl))
+        by["failed" if lvl in failed_at else k].append(str(lvl))
     total = len(kinds)
     w = {k: verdict_word(k, scope) for k in KINDS}
     parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)})" for k, v in by.items()
              if v and k not in ("failed", "no_spread")]
     flat = f"no spread at c={', '.join(by['no_spread'])}: check the set-up" if by["no_spread"] else ""
-    if by["failed"]:
+    if failed_at:
         found = "; ".join(failure_words((failures or {}).get(lv) or {"by_arm": {"an arm": 1}, "of": 1}, f"at c={lv}")
-                          for lv in by["failed"])
+                          + (f" (B {w[kinds[lv]]} there in the rounds where both worked)" if kinds[lv] in CLAIMS else
+                             ": no speed claim there") for lv in failed_at)
         rest = "; ".join(x for x in (flat, *parts) if x)
-        return "failed", f"{found}: no speed claim there" + (f"; elsewhere {rest}" if rest else "")
+        return "failed", found + (f"; elsewhere {rest}" if rest else "")
     if flat:
         return "no_spread", flat + (f"; elsewhere {'; '.join(parts)}" if parts else "")
     if total and len(by["faster"]) == total:
@@ -473,10 +498,16 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scop
         if r["se"] is not None and n_tested:
             lo, hi = _interval(r["mean_log"], r["se"], r["df"], 1.0 - alpha / n_tested)
             row["ci_simultaneous"] = [math.exp(lo), math.exp(hi)]
-        if r["kind"] in ("failed", "no_spread"):
+        holm_kind = None
+        if p_holm is not None and p_holm <= alpha and r["mean_log"] != 0:
+            holm_kind = "faster" if (r["mean_log"] > 0) == r["higher_is_better"] else "slower"
+        if (r.get("failed") or {}).get("rounds") and r["kind"] != "no_spread" and (
+                holm_kind is None or holm_kind != r.get("claim_allowed")):
+            kind = "failed"  # a failed level claims only what its failures can strengthen
+        elif r["kind"] in ("failed", "no_spread"):
             kind = r["kind"]
-        elif p_holm is not None and p_holm <= alpha and r["mean_log"] != 0:
-            kind = "faster" if (r["mean_log"] > 0) == r["higher_is_better"] else "slower"
+        elif holm_kind is not None:
+            kind = holm_kind
             level_k = 1.0 - alpha / (n_tested - step[lv])
             lo, hi = _interval(r["mean_log"], r["se"], r["df"], level_k)
             row["ci_decision"] = [math.exp(lo), math.exp(hi)]
