@@ -106,8 +106,36 @@ def _workload(bdir: Path, run_scenario: dict | None) -> dict:
             raise ValueError(f"{bdir}/scenario.yaml: not YAML ({str(e).splitlines()[0]})") from None
     scen = scen if isinstance(scen, dict) else {}
     mix = scen.get("mix") if isinstance(scen.get("mix"), dict) else None
+    phases = scen.get("phases") if isinstance(scen.get("phases"), dict) else {}
+    drains = {}
+    for st in scen.get("steps") or []:
+        st = st if isinstance(st, dict) else {"concurrency": st}
+        d = st.get("drain_s", phases.get("drain_s"))
+        if st.get("concurrency") is not None and d is not None:
+            drains[int(st["concurrency"])] = float(d)
     return {"loop": scen.get("loop", "closed"),
-            "mix": {str(k): float(v) for k, v in mix.items() if float(v) > 0} if mix else None}
+            "mix": {str(k): float(v) for k, v in mix.items() if float(v) > 0} if mix else None, "drains": drains}
+
+
+OUTLIVED_TOLERANCE_S = 0.5  # scheduling slack between a phase's end and the next level's first request
+
+
+def outlived_levels(block: dict) -> dict[int, tuple[int, float]]:
+    """Per level: (measured requests that ran past the level's drain, the longest overrun in s). Such a request ran
+    partly under the next level's load: the closed-loop estimator needs each level's drain >= its longest request
+    (loadtest/window_fit.py)."""
+    drains = (block.get("workload") or {}).get("drains") or {}
+    out = {}
+    for c, (_a, b) in measure_edges(block["counters"]).items():
+        if c not in drains:
+            continue
+        end = b + drains[c]
+        over = [r["t_start"] + r["e2e_s"] - end for r in block["requests"] if r.get("concurrency") == c
+                and r.get("phase") == "measure" and r.get("e2e_s") is not None]
+        late = [x for x in over if x > OUTLIVED_TOLERANCE_S]
+        if late:
+            out[c] = (len(late), max(late))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- small helpers
