@@ -336,7 +336,7 @@ def test_the_decision_interval_agrees_with_the_word(levels, seed, confidence):
                                margin_pct=1.0, higher_is_better=True, alpha=1 - confidence)
     for lv, row in look["levels"].items():
         if row["ci_decision"] is None:  # waiting for min_rounds, or looks that contradict each other: no claim
-            assert row["kind"] == "inconclusive" and " [" not in row["text"]
+            assert row["kind"] in ("inconclusive", "no_spread") and " [" not in row["text"]
             continue
         assert _agrees(row["kind"], row["ci_decision"], True), (row["kind"], row["ci_decision"], row["text"])
         lo, hi = row["ci_decision"]
@@ -441,6 +441,14 @@ def test_sequential_waits_then_decides_and_claims_stay():
     assert lo > 1.0 and states[-1]["levels"]["c4"]["ci"][1] <= states[first]["levels"]["c4"]["ci"][1] + 1e-12
     lat = inf.sequential_look(d, **kw | {"higher_is_better": False})
     assert lat["levels"]["c4"]["kind"] == "slower"
+
+
+def test_sequential_look_called_directly_applies_the_no_spread_rule():
+    """The same ratio in every unit is 'no spread' on the sequential path too (it was a claim from 3 rounds)."""
+    s = inf.sequential_look({"8": [0.01] * 3, "64": [0.01, 0.02, 0.015]}, min_rounds=3, max_rounds=10, margin_pct=1.0,
+                            higher_is_better=True)
+    assert s["levels"]["8"]["kind"] == "no_spread" and s["levels"]["8"]["ci_decision"] is None
+    assert s["kind"] == "no_spread" and "check the set-up" in s["levels"]["8"]["text"]
 
 
 def test_sequential_stops_at_max_rounds_and_handles_missing():

@@ -12,7 +12,7 @@ from scipy import special as sc
 
 from ttsrecords.runsettings import MAX_SEQ_UNITS, MIN_UNITS
 
-from .core import SEQ_SEED, _check_margin, _headline, _mean_se, _number, holm
+from .core import NO_SPREAD_LOG, SEQ_SEED, _check_margin, _headline, _mean_se, _number, holm
 
 SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
 LOG_BOUND_CAP = math.log(1e6)  # a repeated interval's bound beyond a ratio of 1e6 (or 1e-6) is shown there: unbounded
@@ -273,7 +273,9 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
             claim = _sequential_level(values[lv], min_rounds=min_rounds, max_rounds=max_rounds, alpha_diff=a_k,
                                       c_eq=c_eq, two=two, delta=delta)["ci_log"]
         what = None
-        if claim is not None and (claim[0] > 0) != (claim[1] < 0):
+        if s["sd_log"] is not None and s["n"] >= min_rounds and s["sd_log"] < NO_SPREAD_LOG:
+            kind, ci = "no_spread", None  # as compare_rounds: identical ratios point at the set-up, never a claim
+        elif claim is not None and (claim[0] > 0) != (claim[1] < 0):
             kind = "faster" if (claim[0] > 0) == bool(higher_is_better) else "slower"
             ci = [math.exp(x) for x in claim]
             what = f"Holm step {step[lv] + 1} of {len(tested)}: repeated interval at alpha {a_k:.3g}"
@@ -291,6 +293,9 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
         row["ci_decision"], row["ci_decision_what"] = ci, what
         if row["ci"] is None:
             row["text"] = f"{lv}: waiting for {min_rounds} rounds ({s['n']} so far)"
+        elif kind == "no_spread":
+            row["text"] = (f"no spread: check the set-up: B ×{row['ratio']:.4f} in each of {s['n']} units to within "
+                           f"{100 * NO_SPREAD_LOG:g} % (sequential); no claim")
         elif ci is None:
             row["text"] = f"{kind}: B ×{row['ratio']:.3f} (sequential; the looks' intervals contradict each other)"
         else:
