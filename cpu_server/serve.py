@@ -11,6 +11,10 @@ The server runs in our process group, so a signal to the group (the A/B runner, 
 killed. SIGTERM or Ctrl-C: SIGTERM to the server's process tree, STOP_GRACE_S for vLLM's own shutdown, SIGKILL to
 whatever is left of the tree, and every /dev/shm segment the tree had open and left behind is removed. Exit 0 after a requested
 stop, 1 when the server died or never became ready, 2 for bad input, 3 when the CPU lacks AVX-512.
+`--executor uni|mp` (default uni; EXECUTOR=mp in make serve) sets vLLM's distributed_executor_backend of every stage:
+mp serves the committed file as it is, uni a copy with only that key changed, written to a temporary folder per
+start; `--omp-threads N` / `--omp-wait-policy passive|active` set OMP_NUM_THREADS / OMP_WAIT_POLICY for every server
+process (loadtest/cpu_settings.py; docs/real-cpu-server.md, "Executor").
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "cpu_server" / "plugin"))
 from tts_omni_cpu import cpu_flags, missing_flags  # noqa: E402  (stdlib only at import)
 
+from loadtest import cpu_settings  # noqa: E402
 from loadtest.experiment import CPU_HEALTH_TIMEOUT_S, CPU_STAGES, CPU_STOP_GRACE_S  # noqa: E402
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES  # noqa: E402
 
@@ -64,7 +69,7 @@ KV_CACHE_GIB = 1  # per engine (VLLM_CPU_KVCACHE_SPACE; vLLM's default of 4 GiB 
 # (vllm/distributed/device_communicators/shm_broadcast.py, SpinSleepTimer). Measured idle: about 10 % of the CPUs
 # busy instead of 100 %. The cost is up to 0.1 s on the first step after 3 s without one, which no measure window
 # sees (a warm-up precedes it). Set VLLM_SLEEP_WHEN_IDLE=0 in the environment to spin as on a GPU host.
-SLEEP_WHEN_IDLE = "1"
+SLEEP_WHEN_IDLE = cpu_settings.SLEEP_WHEN_IDLE
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tts-loadtest"
 
 
@@ -80,8 +85,9 @@ def server_env(args, prom_dir: str) -> dict[str, str]:
         del env[k]
     env.update(PROMETHEUS_MULTIPROC_DIR=prom_dir, HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB),
-               VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    env.setdefault("VLLM_SLEEP_WHEN_IDLE", SLEEP_WHEN_IDLE)
+               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    # executor, thread and wait policies (VLLM_CPU_OMP_THREADS_BIND=nobind, VLLM_SLEEP_WHEN_IDLE, OMP_*)
+    env.update(cpu_settings.server_env(args.executor, args.vllm_omni, env, args.omp_threads, args.omp_wait_policy))
     if plugin:
         env["TTS_PREDICTOR_VARIANT"] = args.variant
         env.setdefault("TTS_PREDICTOR_SYNC_SAMPLE", "32")
@@ -90,10 +96,25 @@ def server_env(args, prom_dir: str) -> dict[str, str]:
     return env
 
 
-def serve_argv(venv: str, model: Path, args) -> list[str]:
+def serve_argv(venv: str, model: Path, args, config: str | Path | None = None) -> list[str]:
+    """config: the stage/deploy file to serve (default: the release's committed file)."""
     release = RELEASES[args.vllm_omni]
-    return [f"{venv}/bin/vllm-omni", "serve", str(model), "--omni", release.config_flag, str(REPO / release.config),
-            "--host", args.host, "--port", str(args.port), "--served-model-name", MODEL_NAME]
+    return [f"{venv}/bin/vllm-omni", "serve", str(model), "--omni", release.config_flag,
+            str(config or REPO / release.config), "--host", args.host, "--port", str(args.port),
+            "--served-model-name", MODEL_NAME]
+
+
+def needs_generated_config(args) -> bool:
+    """The committed files name the stock executor (mp); any other is served from a generated copy."""
+    return args.executor != cpu_settings.STOCK_EXECUTOR
+
+
+def write_config(args, folder: str) -> Path:
+    """The release's stage/deploy file with args.executor, written into folder (removed at stop)."""
+    src = REPO / RELEASES[args.vllm_omni].config
+    out = Path(folder) / f"{src.stem}.{args.executor}.yaml"
+    out.write_text(cpu_settings.with_executor(src, args.vllm_omni, args.executor), encoding="utf-8")
+    return out
 
 
 def _tree(root: int) -> set[int]:
@@ -216,11 +237,20 @@ def main(argv=None) -> int:
     p.add_argument("--control", default=os.environ.get("TTS_PREDICTOR_CONTROL"),
                    help="the plugin's control file (TTS_PREDICTOR_CONTROL); must exist")
     p.add_argument("--seed", type=int, default=0, help="seed of the tiny model")
+    p.add_argument("--executor", default=cpu_settings.DEFAULT_EXECUTOR, choices=cpu_settings.EXECUTORS,
+                   help=f"vLLM's distributed_executor_backend in every stage (default {cpu_settings.DEFAULT_EXECUTOR}"
+                        f"; {cpu_settings.STOCK_EXECUTOR}: the committed file as it is)")
+    p.add_argument("--omp-threads", type=int, default=None, help="OMP_NUM_THREADS of every server process")
+    p.add_argument("--omp-wait-policy", default=None, choices=cpu_settings.WAIT_POLICIES,
+                   help="OMP_WAIT_POLICY of every server process (default: the environment's, else libgomp's)")
     p.add_argument("--health-timeout-s", type=float, default=HEALTH_TIMEOUT_S)
     p.add_argument("--stop-grace-s", type=float, default=STOP_GRACE_S)
     p.add_argument("--dry-run", action="store_true", default=bool(os.environ.get("DRY_RUN")))
     p.add_argument("--prepare", action="store_true", help="build the venv and the model (cached), start nothing")
     args = p.parse_args(argv)
+    if args.omp_threads is not None and args.omp_threads < 1:
+        print(f"serve.py: --omp-threads {args.omp_threads}: want 1 or more", file=sys.stderr)
+        return 2
     if not args.host.startswith("127."):
         print(f"serve.py: --host {args.host}: the server binds loopback only (127.x.x.x)", file=sys.stderr)
         return 2
@@ -243,6 +273,8 @@ def main(argv=None) -> int:
     model = model_dir(args.seed)
     title = banner(args.vllm_omni)
     variant = args.variant if release.plugin else f"none (stock {args.vllm_omni} code predictor, no plugin)"
+    settings = cpu_settings.describe(cpu_settings.recorded(args.executor, args.vllm_omni, os.environ,
+                                                           args.omp_threads, args.omp_wait_policy))
     if args.dry_run:
         venv = "$VENV"
         print(f"# {title}")
@@ -254,9 +286,17 @@ def main(argv=None) -> int:
         if args.prepare:
             return 0
         env = server_env(args, "<fresh temporary folder>")
-        shown = {k: env[k] for k in sorted(env) if k.startswith(("TTS_PREDICTOR_", "PROMETHEUS_", "VLLM_", "HF_"))}
+        shown = {k: env[k] for k in sorted(env)
+                 if k.startswith(("TTS_PREDICTOR_", "PROMETHEUS_", "VLLM_", "HF_", "OMP_", "GOMP_"))}
+        config = None
+        if needs_generated_config(args):
+            config = f"<temporary folder>/{Path(RELEASES[args.vllm_omni].config).stem}.{args.executor}.yaml"
+            print(f"# stage file: {RELEASES[args.vllm_omni].config} with distributed_executor_backend "
+                  f"{args.executor} (written per start, removed at stop)")
+        print(f"# settings: {settings}")
         print(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " +
-              shlex.join(serve_argv(venv, model, args)).replace("'$VENV/bin/vllm-omni'", '"$VENV"/bin/vllm-omni'))
+              shlex.join(serve_argv(venv, model, args, config)).replace("'$VENV/bin/vllm-omni'",
+                                                                        '"$VENV"/bin/vllm-omni'))
         print(f"# health: http://{args.host}:{args.port}/health for up to {args.health_timeout_s:.0f} s; on SIGTERM/"
               f"SIGINT: SIGTERM to the server's tree, {args.stop_grace_s:.0f} s, SIGKILL to the rest of the tree, "
               "its /dev/shm segments removed")
@@ -273,10 +313,11 @@ def main(argv=None) -> int:
         return 0
     bar = "=" * 100
     print(f"{bar}\n== {title}\n== model {model} (seed {args.seed}), served as {MODEL_NAME}\n"
-          f"== variant {variant}, control {args.control or 'off'}, http://{args.host}:{args.port}\n{bar}",
-          flush=True)
+          f"== variant {variant}, control {args.control or 'off'}, http://{args.host}:{args.port}\n"
+          f"== {settings}\n{bar}", flush=True)
     prom_dir = tempfile.mkdtemp(prefix="tts-vllm-cpu-prom-")
-    argv_ = serve_argv(venv, model, args)
+    config_dir = tempfile.mkdtemp(prefix="tts-vllm-cpu-stages-") if needs_generated_config(args) else None
+    argv_ = serve_argv(venv, model, args, write_config(args, config_dir) if config_dir else None)
     print(f"serve.py: venv {t1 - t0:.0f} s, model {t2 - t1:.0f} s; starting: {shlex.join(argv_)}", flush=True)
     # in our own process group, not a new session: whoever stops us with a signal to our group (the A/B runner,
     # Ctrl-C in a terminal) reaches the server too, even if it has to SIGKILL us (a new session would be orphaned)
@@ -322,6 +363,8 @@ def main(argv=None) -> int:
         import shutil
 
         shutil.rmtree(prom_dir, ignore_errors=True)
+        if config_dir:
+            shutil.rmtree(config_dir, ignore_errors=True)
     return rc
 
 

@@ -52,6 +52,13 @@ CPU_SERVE = "cpu_server/serve.py"
 CPU_WHAT = "real vllm-omni 0.16.0 server on CPU (tiny random model: the pipeline is real, the timings are not a GPU's)"
 CPU_STAGES = "cpu_server/qwen3_tts_cpu.yaml"  # the CPU server's 0.16.0 stage file (cpu_server/serve.py)
 CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can hold (the default of its runs)
+# The CPU arms' simulator stand-in (what loadtest.window_fit predicts their request lengths from): the profile fitted
+# to the CPU server (with the stock mp executor), every request 63 frames as the CPU stage file makes them; for uni
+# every step 62 % longer, which puts the stand-in's means at 7.06 s (c=1) and 7.73 s (c=2) against the 6.99 s and
+# 7.80 s measured with uni on 2026-12-07 (docs/real-cpu-server.md, "Executor"; tests/test_cpu_settings.py).
+CPU_SIM = "configs/sim/cpu-tiny.yaml"
+_CPU_FRAMES = ("audio.min_frames=63", "audio.default_max_new_tokens=63")
+CPU_SIM_SETS = {"mp": _CPU_FRAMES, "uni": (*_CPU_FRAMES, "model.extra_step_pct=62")}
 CPU_STOP_GRACE_S = 30  # SIGTERM to SIGKILL in cpu_server/serve.py
 CPU_HEALTH_TIMEOUT_S = 900  # cpu_server/serve.py's wait for /health (venv and model are prepared before block 1)
 HOST = "127.0.0.1"
@@ -104,6 +111,7 @@ class Arm:
     sim: SimSpec | None = None
     simulated_from: str | None = None  # set by simulated(): what this simulator arm stands in for
     host_delay_us: float = 0.0  # positive control: the plugin's extra host delay per build_attn_metadata call
+    executor: str | None = None  # CPU server only: vLLM's executor in every stage (loadtest.cpu_settings; None: its default)
 
     @property
     def image(self) -> str | None:
@@ -470,10 +478,16 @@ def simulated(exp: Experiment) -> Experiment:
     return replace(exp, arms=arms, simulated=True)
 
 
-def on_cpu(exp: Experiment) -> Experiment:
+def on_cpu(exp: Experiment, executor: str | None = None) -> Experiment:
     """Every vllm-omni 0.16.0 arm moved to the real server on this CPU (cpu_server/serve.py, same variant, scenario
     CPU_SCENARIO); a sim arm stays, an arm of another release has no CPU server here (ExperimentError). The evidence
-    keeps the plugin's sync signature and drops the log patterns, which name GPU attention backends (FLASH_ATTN)."""
+    keeps the plugin's sync signature and drops the log patterns, which name GPU attention backends (FLASH_ATTN).
+    executor: every arm's (loadtest.cpu_settings.EXECUTORS; None: serve.py's default, recorded as such). The
+    simulator stand-in becomes CPU_SIM with CPU_SIM_SETS[executor] (a GPU profile says nothing about this server)."""
+    from loadtest import cpu_settings
+
+    executor = executor or cpu_settings.DEFAULT_EXECUTOR
+    cpu_settings.check(executor)
     arms = {}
     for name, arm in exp.arms.items():
         if arm.backend == "sim":
@@ -483,7 +497,8 @@ def on_cpu(exp: Experiment) -> Experiment:
             raise ExperimentError(f"{exp.path}: arms.{name}: vllm-omni {arm.vllm_omni} has no CPU server here "
                                   f"(BACKEND={CPU_BACKEND} runs {PLUGIN_VERSION} with the plugin)")
         arms[name] = Arm(name, arm.label, CPU_BACKEND, vllm_omni=PLUGIN_VERSION, variant=arm.variant,
-                         evidence=replace(arm.evidence, log_present=(), log_absent=()), sim=arm.sim)
+                         evidence=replace(arm.evidence, log_present=(), log_absent=()),
+                         sim=SimSpec(arm.variant, CPU_SIM, CPU_SIM_SETS[executor]), executor=executor)
     return replace(exp, arms=arms, scenario=CPU_SCENARIO)
 
 
@@ -561,6 +576,8 @@ def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str |
         return Launch(arm.name, argv, {}, base + "/health", base, 15.0, simulated=True)
     if arm.backend == CPU_BACKEND:
         argv = [sys.executable, CPU_SERVE, "--variant", arm.variant, "--host", HOST, "--port", str(port)]
+        if arm.executor:
+            argv += ["--executor", arm.executor]
         if control_dir:
             argv += ["--control", str(Path(control_dir) / CONTROL_FILE)]
         return Launch(arm.name, argv, {}, base + "/health", base, CPU_STOP_GRACE_S + 30.0, simulated=False)
@@ -693,10 +710,14 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
                 "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
                 "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
     if arm.backend == CPU_BACKEND:
+        from loadtest import cpu_settings
+
+        # executor and the thread/wait env the server gets from serve.py and from this process's environment
+        settings = cpu_settings.recorded(arm.executor or cpu_settings.DEFAULT_EXECUTOR, PLUGIN_VERSION, os.environ)
         return {"arm": arm.name, "label": arm.label, "backend": CPU_BACKEND, "simulated": False,
                 "vllm_omni": PLUGIN_VERSION, "what": CPU_WHAT, "plugin": f"installed, variant {arm.variant}",
                 "variant": arm.variant, "stages": CPU_STAGES, "host_delay_us": arm.host_delay_us,
-                "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
+                **settings, "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
     return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
@@ -704,10 +725,22 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
             "base_image_pin": "digest" if pinned_digest(arm.base_image) else "tag only",
             "pin_warning": pin_warning(arm), "image": arm.image, "plugin": plugin,
             "plugin_source_check": "skipped" if dict(arm.env).get(ENV_SKIP_SOURCE_CHECK) == "1" else "on",
-            "stages": arm.stages,
+            "stages": arm.stages, "executor": _stage_executor(arm),
             "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
             "host_delay_us": arm.host_delay_us, "length_control": length_control(arm),
             "evidence": _describe(arm.evidence)}
+
+
+def _stage_executor(arm: Arm) -> str | None:
+    """The executor a 0.16.0 arm's stage file names ("mp", "uni"; "mixed: ..." when its stages differ), None for a
+    deploy-file arm (the release's default unless server_args say otherwise)."""
+    if arm.vllm_omni != PLUGIN_VERSION or not arm.stages:
+        return None
+    from loadtest import cpu_settings
+
+    found = cpu_settings.executors_of(ROOT / "configs/stages" / arm.stages, PLUGIN_VERSION)
+    names = sorted({str(x) for x in found})
+    return names[0] if len(names) == 1 else "mixed: " + ", ".join(str(x) for x in found)
 
 
 # ----------------------------------------------------------------------------------------------- output length

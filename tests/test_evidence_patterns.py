@@ -27,6 +27,11 @@ LINES = {
         # the same function without a pin: the priority list decides
         "attn_auto_fa": ("Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', "
                          "'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].", "vllm/platforms/cuda.py"),
+        # vLLM 0.16.0 vllm/v1/executor/multiproc_executor.py, set_multiprocessing_worker_envs: an mp engine core
+        # without OMP_NUM_THREADS in its environment (uni never calls it)
+        "mp_threads": ("Reducing Torch parallelism from 64 threads to 1 to avoid unnecessary CPU contention. Set "
+                       "OMP_NUM_THREADS in the external environment to tune this value as needed.",
+                       "vllm/v1/executor/multiproc_executor.py"),
     },
     "0.30.0": {
         "mrv2": ("Using MR v2 OmniARModelRunner for omni AR stage (stage_id=0 model_stage=talker).",
@@ -65,6 +70,10 @@ CASES = {
     ("mission-016-original-vs-fixed", "A"): (["attn_pinned_fa"], [[], ["attn_auto_fa"], ["attn_pinned_flashinfer"]]),
     ("mission-016-original-vs-fixed", "B"): (["attn_pinned_fa"], [[], ["attn_auto_fa"]]),
     ("release-016-fixed-vs-030", "v016"): (["attn_pinned_fa"], [["attn_auto_fa"]]),
+    ("executor-016-fixed-mp-vs-uni", "mp"): (["attn_pinned_fa", "mp_threads"],
+                                            [[], ["attn_pinned_fa"], ["attn_auto_fa", "mp_threads"]]),
+    ("executor-016-fixed-mp-vs-uni", "uni"): (["attn_pinned_fa"],
+                                             [[], ["attn_pinned_fa", "mp_threads"], ["attn_auto_fa"]]),
     ("release-016-fixed-vs-030", "v030"): (["mrv2", "cp_compiled_graphs"],
                                            [["mrv2", "cp_disabled"], ["cp_compiled_graphs"], ["mrv2"]]),
     ("v030-runner-v1-vs-v2", "v1"): (["cp_compiled_graphs"],

@@ -3,8 +3,9 @@
 - BACKEND=sim: `python -m ttssim` (the simulator, this package).
 - BACKEND=vllm: `bash docker/serve.sh [--dry-run]` with VARIANT, PORT, DEVICE, HOST in the environment (the real
   vllm-omni 0.16.0 image; that script belongs to docker/).
-- BACKEND=vllm-cpu: `python cpu_server/serve.py --variant V --port P [--dry-run]`: the real vllm-omni 0.16.0 server on
-  this CPU (AVX-512) with a tiny random model; that script belongs to cpu_server/. Never chosen automatically.
+- BACKEND=vllm-cpu: `python cpu_server/serve.py --variant V --port P [--executor uni|mp] [--dry-run]`: the real
+  vllm-omni 0.16.0 server on this CPU (AVX-512) with a tiny random model; that script belongs to cpu_server/. Never
+  chosen automatically. --executor (make serve EXECUTOR=...) is that backend's only: a GPU stage file names its own.
 - no BACKEND: vllm when `docker info` lists an NVIDIA runtime or a container gets the GPU without one
   (`bash docker/serve.sh --probe-gpu`: `docker run --gpus all ... nvidia-smi -L` in a local image), else the simulator.
 DRY_RUN=1 prints the decision and the command; for the simulator it runs nothing, for vllm it passes --dry-run on.
@@ -77,6 +78,7 @@ def _vllm(args) -> tuple[list[str], dict]:
 
 def _vllm_cpu(args) -> tuple[list[str], dict]:
     argv = [sys.executable, CPU_SERVE, "--variant", args.variant, "--port", str(args.port), "--host", args.host]
+    argv += ["--executor", args.executor] if args.executor else []
     return argv + (["--dry-run"] if args.dry_run else []), {}
 
 
@@ -107,8 +109,14 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--config", default=None, help="simulator config (ignored by BACKEND=vllm)")
     p.add_argument("--backend", choices=list(BACKENDS), default=None)
+    p.add_argument("--executor", choices=("uni", "mp"), default=None,
+                   help="BACKEND=vllm-cpu only: vLLM's executor in every stage (cpu_server/serve.py; default uni)")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
+    if args.executor and args.backend != "vllm-cpu":
+        print(f"make serve: EXECUTOR={args.executor} is for BACKEND=vllm-cpu only (a GPU server's stage file names "
+              "its executor: configs/stages/)", file=sys.stderr)
+        return 2
     backend, cmd, env, reason = build(args)
     what, script, _ = BACKENDS[backend]
     what = what.format(release=os.environ.get("VLLM_OMNI") or "0.16.0")  # both scripts' default

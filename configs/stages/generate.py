@@ -1,4 +1,4 @@
-"""Write the sweep's vllm-omni 0.16.0 stage configs: qwen3_tts_b{8,16,...,256}.yaml.
+"""Write the sweep's vllm-omni 0.16.0 stage configs: qwen3_tts_b{8,16,...,256}.yaml, and qwen3_tts_b256_uni.yaml.
 
 The stock `qwen3_tts.yaml` runs both stages with max_batch_size 1 (the talker's max_batch_size becomes the scheduler's
 max_num_seqs and the code predictor's local KV-cache batch), so at concurrency C > 1 requests queue and the predictor
@@ -19,6 +19,11 @@ Besides max_batch_size, two settings differ from the stock file, each for a reas
   holds about 10 chunks per step. A talker batch of B requests can have B chunks due in one step (a closed loop
   starts them together), so the budget follows the batch: max(8192, B x 801), rounded up to a multiple of 16. vllm-omni 0.30.0's own qwen3_tts.yaml gives code2wav 65536 tokens at max_num_seqs 64 for the
   same reason (its comment: the codec prefill exceeds the old default).
+
+qwen3_tts_b256_uni.yaml is qwen3_tts_b256.yaml with `distributed_executor_backend: uni` in both stages (stock: mp),
+for configs/experiments/executor-016-fixed-mp-vs-uni.yaml: with mp each stage's worker is a process of its own that
+the engine core hands every step through a shared-memory queue; uni runs the worker inside the engine core (vllm-omni
+#2603/#2604, #3221 measured the single-GPU gain; docs/real-cpu-server.md, "Executor", says why it matters on a CPU).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 from tts_predictor.domain import CHUNK_FRAMES  # noqa: E402
 
 SWEEP = (8, 16, 32, 64, 128, 256)  # powers of two: the talker's CUDA-graph capture sizes align with them
+EXECUTOR_FILES = {256: ("uni",)}  # batch -> executors besides the stock mp, each its own file qwen3_tts_b{b}_{executor}
+STOCK_EXECUTOR = "mp"
 CODE_GROUPS = 16  # Qwen3-TTS-12Hz: 16 codebooks per codec frame
 CODEC_LEFT_CONTEXT_FRAMES = 25  # connector extra of the stock 0.16.0 config (below)
 CHUNK_HEADER_TOKENS = 1  # the chunk's ctx_frames header ahead of its flat codes (talker2code2wav_async_chunk)
@@ -48,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 OMNI = "vllm_omni"
 
 
-def talker(batch: int) -> dict:
+def talker(batch: int, executor: str = STOCK_EXECUTOR) -> dict:
     return {
         "stage_id": 0,
         "stage_type": "llm",
@@ -66,7 +73,7 @@ def talker(batch: int) -> dict:
             "enable_prefix_caching": False,
             "engine_output_type": "latent",
             "gpu_memory_utilization": 0.3,
-            "distributed_executor_backend": "mp",
+            "distributed_executor_backend": executor,
             # vLLM needs max_num_batched_tokens >= max_num_seqs; 512 (stock) covers every batch of the sweep
             "max_num_batched_tokens": max(512, batch),
             "max_model_len": 4096,
@@ -81,7 +88,7 @@ def talker(batch: int) -> dict:
     }
 
 
-def code2wav(batch: int) -> dict:
+def code2wav(batch: int, executor: str = STOCK_EXECUTOR) -> dict:
     return {
         "stage_id": 1,
         "stage_type": "llm",
@@ -98,7 +105,7 @@ def code2wav(batch: int) -> dict:
             "enable_prefix_caching": False,
             "engine_output_type": "audio",
             "gpu_memory_utilization": 0.2,
-            "distributed_executor_backend": "mp",
+            "distributed_executor_backend": executor,
             "max_num_batched_tokens": code2wav_tokens(batch),  # stock 8192; follows the batch (module docstring)
             "max_model_len": 32768,
         },
@@ -114,10 +121,10 @@ def code2wav(batch: int) -> dict:
     }
 
 
-def config(batch: int) -> dict:
+def config(batch: int, executor: str = STOCK_EXECUTOR) -> dict:
     return {
         "async_chunk": True,
-        "stage_args": [talker(batch), code2wav(batch)],
+        "stage_args": [talker(batch, executor), code2wav(batch, executor)],
         "runtime": {
             "enabled": True,
             "defaults": {"window_size": -1, "max_inflight": 1},
@@ -149,18 +156,31 @@ HEADER = """\
 # max_num_batched_tokens {tokens} (stock 8192 = ~10 chunks of 801 tokens: a header + 800 codes; here one chunk per request of the batch).
 # Serve with concurrency <= {b}: above it requests queue in the scheduler and the batch stays at {b}.
 """
+EXECUTOR_HEADER = """\
+# Both stages distributed_executor_backend {executor} (stock mp): the worker runs inside each stage's engine core.
+"""
 
 
-def render(batch: int) -> str:
-    return HEADER.format(b=batch, backend=ATTENTION_BACKEND, tokens=code2wav_tokens(batch)) + yaml.safe_dump(config(batch), sort_keys=False, width=120)
+def render(batch: int, executor: str = STOCK_EXECUTOR) -> str:
+    head = HEADER.format(b=batch, backend=ATTENTION_BACKEND, tokens=code2wav_tokens(batch))
+    if executor != STOCK_EXECUTOR:
+        head += EXECUTOR_HEADER.format(executor=executor)
+    return head + yaml.safe_dump(config(batch, executor), sort_keys=False, width=120)
+
+
+def files() -> dict[str, str]:
+    """Every generated file's name and text."""
+    out = {f"qwen3_tts_b{b}.yaml": render(b) for b in SWEEP}
+    for b, executors in EXECUTOR_FILES.items():
+        out.update({f"qwen3_tts_b{b}_{e}.yaml": render(b, e) for e in executors})
+    return out
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
-    for b in SWEEP:
-        path = HERE / f"qwen3_tts_b{b}.yaml"
-        text = render(b)
+    for name, text in files().items():
+        path = HERE / name
         if check:
             if not path.exists() or path.read_text() != text:
                 stale.append(path.name)

@@ -1,0 +1,100 @@
+"""The real CPU server's run settings: executor, thread and wait policies (docs/real-cpu-server.md, "Executor").
+
+One place for cpu_server/serve.py, which applies them, and for the run manifest, which records them: what decides the
+timings on a 2-core box is who spins, and a report must say which setting its numbers were taken with.
+
+- executor: vLLM's `distributed_executor_backend` of every stage. `mp` (the stock files) runs each stage's worker in
+  a process of its own that spins on a shared-memory queue against its engine core; `uni` runs the worker inside the
+  engine core. Measured on this box (2026-12-07, 12 streamed requests of 63 frames, fixed variant): c=1 CV 43 % (mp)
+  vs 10 % (uni), c=2 CV 33 % vs 4.5 %, about 20 % less throughput with uni. Default: uni.
+- vLLM >= 0.30 on a CPU turns `uni` back into `mp` unless VLLM_ENABLE_V1_MULTIPROCESSING=0 (vllm/platforms/cpu.py,
+  check_and_update_config); vllm-omni 0.30.0 starts each stage's engine core in its own process either way, so the
+  variable only keeps the executor as asked. 0.16.0 honours `uni` as is (it forces mp for world size > 1 only).
+- thread/wait env: OMP_NUM_THREADS and OMP_WAIT_POLICY go to every server process as given (option or environment);
+  unset, libgomp's own default applies. VLLM_SLEEP_WHEN_IDLE=1 and VLLM_CPU_OMP_THREADS_BIND=nobind as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXECUTORS = ("uni", "mp")
+DEFAULT_EXECUTOR = "uni"
+STOCK_EXECUTOR = "mp"  # what the committed stage/deploy files name (the releases' stock setting)
+WAIT_POLICIES = ("passive", "active")
+SLEEP_WHEN_IDLE = "1"  # cpu_server/serve.py's reason: idle workers poll every 0.1 s after 3 s, not spin
+# the variables that set who spins and how many threads compute: recorded with every run, "unset" when absent
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "VLLM_CPU_OMP_THREADS_BIND",
+              "VLLM_SLEEP_WHEN_IDLE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+UNSET = "unset"
+
+
+class SettingsError(ValueError):
+    """A setting the CPU server cannot run with: one line."""
+
+
+def check(executor: str, omp_threads: int | None = None, omp_wait_policy: str | None = None) -> None:
+    if executor not in EXECUTORS:
+        raise SettingsError(f"--executor {executor}: want one of {', '.join(EXECUTORS)}")
+    if omp_threads is not None and omp_threads < 1:
+        raise SettingsError(f"--omp-threads {omp_threads}: want 1 or more")
+    if omp_wait_policy is not None and omp_wait_policy not in WAIT_POLICIES:
+        raise SettingsError(f"--omp-wait-policy {omp_wait_policy}: want one of {', '.join(WAIT_POLICIES)}")
+
+
+def server_env(executor: str, release: str, environ: Mapping[str, str], omp_threads: int | None = None,
+               omp_wait_policy: str | None = None) -> dict[str, str]:
+    """The thread/executor variables the server gets on top of `environ` (what serve.py adds to its environment)."""
+    check(executor, omp_threads, omp_wait_policy)
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning on a shared box
+           "VLLM_SLEEP_WHEN_IDLE": environ.get("VLLM_SLEEP_WHEN_IDLE", SLEEP_WHEN_IDLE)}
+    if executor == "uni" and release != "0.16.0":
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # else vLLM >= 0.30's CPU platform turns uni into mp
+    if omp_threads is not None:
+        env["OMP_NUM_THREADS"] = str(omp_threads)
+    if omp_wait_policy is not None:
+        env["OMP_WAIT_POLICY"] = omp_wait_policy.upper()
+    return env
+
+
+def recorded(executor: str, release: str, environ: Mapping[str, str], omp_threads: int | None = None,
+             omp_wait_policy: str | None = None) -> dict[str, Any]:
+    """What the manifest and the report say about a server started with these settings from this environment."""
+    env = {**environ, **server_env(executor, release, environ, omp_threads, omp_wait_policy)}
+    return {"executor": executor, "thread_env": {k: env.get(k, UNSET) for k in THREAD_ENV}}
+
+
+def describe(rec: Mapping[str, Any]) -> str:
+    """One line of recorded(): `executor uni; OMP_NUM_THREADS=unset ...`."""
+    env = rec.get("thread_env") or {}
+    return f"executor {rec.get('executor')}; " + " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def with_executor(config: Path, release: str, executor: str) -> str:
+    """The stage file (0.16.0: every stage's engine_args) or deploy file (>= 0.30: its pipeline-wide key) with
+    `distributed_executor_backend: executor`, as YAML text. Everything else stays as the file has it."""
+    check(executor)
+    data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    if release == "0.16.0":
+        stages = data.get("stage_args") or []
+        if not stages:
+            raise SettingsError(f"{config}: no stage_args")
+        for st in stages:
+            st.setdefault("engine_args", {})["distributed_executor_backend"] = executor
+    else:
+        data["distributed_executor_backend"] = executor
+    head = (f"# GENERATED by cpu_server/serve.py from {config.name}: distributed_executor_backend {executor}, "
+            "nothing else changed (loadtest/cpu_settings.py)\n")
+    return head + yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def executors_of(config: Path, release: str) -> list[str | None]:
+    """The executor each stage of a stage/deploy file names (None where it names none: vLLM's choice)."""
+    data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    if release == "0.16.0":
+        return [(st.get("engine_args") or {}).get("distributed_executor_backend") for st in data.get("stage_args") or []]
+    return [data.get("distributed_executor_backend")] * max(1, len(data.get("stages") or []))
