@@ -188,3 +188,17 @@ def test_the_proposed_cpu_scenario_holds_its_requests_and_the_current_one_holds_
     cpu = load_scenario(ROOT / "configs/scenarios/cpu.yaml")
     cpu_lat = wf.predict(cpu, [(str(ROOT / ex.CPU_SIM), ex.CPU_SIM_SETS["uni"], "fixed")])
     assert cpu.steps[0].measure_s / cpu_lat[0].mean_s < quiet.steps[0].measure_s / lat[0].mean_s / 2
+
+
+def test_the_report_shows_each_arms_executor_and_thread_env(monkeypatch):
+    from conftest import example_results
+
+    from ttsreport.report import arms_section
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    exp = ex.on_cpu(ex.mission("original", "fixed"), "mp")
+    info = {k: ex.arm_manifest(a) for k, a in zip(("A", "B"), exp.arms.values(), strict=True)}
+    summary, _ = example_results({"arms_info": info})
+    rows = {r[0]: r[1:] for r in arms_section(summary).parts[0].rows}
+    assert rows["executor"] == ["mp", "mp"]
+    assert all("'OMP_WAIT_POLICY': 'PASSIVE'" in cell for cell in rows["thread_env"])

@@ -527,7 +527,7 @@ def prediction_section(summary: Summary, comparison: Comparison) -> Section:
 def arms_section(summary: Summary) -> Section:
     sec = Section("arms", "Arms (as the manifest records them)")
     keys = ("label", "backend", "vllm_omni", "image", "base_image", "plugin", "variant", "sim_config", "sim_set",
-            "stages", "deploy", "evidence")
+            "stages", "deploy", "executor", "thread_env", "evidence")
     info = summary.arms_info or {}
     present = [k for k in keys if any(info.get(a, {}).get(k) not in (None, [], "") for a in ("A", "B"))]
     rows = [[k, *[str(info.get(a, {}).get(k)) if info.get(a, {}).get(k) not in (None, [], "") else DASH
