@@ -432,7 +432,10 @@ def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | N
         by["failed" if lvl in failed_at else k].append(str(lvl))
     total = len(kinds)
     w = {k: verdict_word(k, scope) for k in KINDS}
-    parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)})" for k, v in by.items()
+    # equivalence is tested per level at alpha: "equivalent at every level" is an intersection-union test (its rate is
+    # alpha), but "equivalent at some levels" is not corrected over them, and the sentence says so
+    parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)}"
+             + ("; per level, uncorrected" if k == "equivalent" and total > 1 else "") + ")" for k, v in by.items()
              if v and k not in ("failed", "no_spread")]
     flat = f"no spread at c={', '.join(by['no_spread'])}: check the set-up" if by["no_spread"] else ""
     if failed_at:
