@@ -4,7 +4,8 @@ The primary work rates are measured over the requests that START in a level's me
 (ttsreport.blocks.closed_loop_rates; docs/method.md, section 4). That needs, per level:
 - enough of them: measure_s >= MEASURE_LIFETIMES x the level's mean request latency (about that many requests per
   user; fewer and a window's prompt draw decides its number);
-- each of them to finish under its own level's load: the level's drain >= its longest request (a request that
+- each of them to finish under its own level's load: the level's drain >= its longest request, less the load shape's
+  tick that ends a phase up to PHASE_TICK_S late (a request that
   outlives its level runs partly under the next level's batch; with the seeded level order that is a different level
   in every round, which is bias and noise in the pair). The drain goes with the level in every window
   (loadtest.scenario.window_scenario);
@@ -31,6 +32,7 @@ from ttssim.config import load_config
 
 MEASURE_LIFETIMES = 2.0
 WARMUP_LIFETIMES = 1.0
+PHASE_TICK_S = 1.0  # a phase ends at the load shape's first tick after its nominal end (loadtest.shape): up to 1 s on
 PREDICTION_REQUESTS = 600  # requests replayed per level and arm (after a warm-up of c): the longest prompt shows up
 
 
@@ -92,7 +94,7 @@ def problems(scenario: Scenario, latencies: list[LevelLatency]) -> list[str]:
         if step.warmup_s < WARMUP_LIFETIMES * lat.mean_s:
             out.append(f"c={step.concurrency}: warm-up {step.warmup_s:g} s < its mean request latency "
                        f"{lat.mean_s:.1f} s (set warmup_s >= {math.ceil(WARMUP_LIFETIMES * lat.mean_s):g})")
-        if step.drain_s < lat.longest_s:
+        if step.drain_s + PHASE_TICK_S < lat.longest_s:
             out.append(f"c={step.concurrency}: drain {step.drain_s:g} s < its longest request {lat.longest_s:.1f} s: "
-                       f"a measured request would outlive its level (set drain_s >= {math.ceil(lat.longest_s):g})")
+                       f"a measured request would outlive its level (set drain_s >= {math.ceil(lat.longest_s - PHASE_TICK_S):g})")
     return out

@@ -10,7 +10,7 @@ from conftest import make_run
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
 from ttsrecords import records
 from ttsreport.analysis import Options, summarize, write_statistics
-from ttsreport.blocks import closed_loop_rates, level_stats
+from ttsreport.blocks import closed_loop_rates, level_stats, outlived_levels
 from ttsreport.prediction import read_micro
 
 
@@ -194,3 +194,14 @@ def test_level_stats_uses_the_closed_loop_estimator_and_keeps_the_window_one_bes
     assert s["throughput_rps_window"] == pytest.approx((1 / 3 + 1 + 6 / 15) / 10)  # the lifetime shares
     open_loop = level_stats(reqs, None, (10.0, 20.0), concurrency=2, workload={"loop": "open", "mix": None})
     assert open_loop["rate_estimator"] == "window" and open_loop["throughput_rps"] == s["throughput_rps_window"]
+
+
+def test_a_measured_request_that_outlived_its_levels_drain_is_found():
+    snap = {"kind": "snapshot", "concurrency": 8, "ok": True, "step": 0}
+    block = {"workload": {"drains": {8: 1.0}},
+             "counters": [{**snap, "edge": "start", "t": 0.0}, {**snap, "edge": "end", "t": 10.0}],
+             "requests": [_closed("short", 5.0, 2.0, t=9.0), _closed("short", 1.2, 2.0, t=9.5),
+                          _closed("short", 9.0, 2.0, phase="drain", t=10.5)]}
+    assert outlived_levels(block) == {8: (1, pytest.approx(3.0))}  # 14 s against 10 + 1; 10.7 is within the slack
+    block["workload"]["drains"] = {8: 4.0}
+    assert outlived_levels(block) == {}

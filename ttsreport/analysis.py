@@ -37,6 +37,7 @@ from .blocks import (
     block_summary,
     load_run,
     measure_edges,
+    outlived_levels,
     spanning_requests,
 )
 from .prediction import model_prediction, prediction, read_micro, sim_setup
@@ -471,14 +472,14 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
             out.append(f"arm {side} ({arm.get('label')}) ran with {ENV_SKIP_SOURCE_CHECK}=1: the plugin did not "
                        "verify that the image's build_attn_metadata is the vllm-omni 0.16.0 code its variants "
                        "reproduce, so 'original' may not be the stock method (docs/gpu-host.md)")
-    for lv in levels:  # a window shorter than a couple of request lifetimes measures the ramp, not the steady state
+    for lv in levels:  # the closed-loop rate needs about two measured requests per user (loadtest/window_fit.py)
         rows = [b["levels"][lv] for b in summaries if b["valid"] and lv in b["levels"]]
-        short = [r for r in rows if r["window_s"] and r["e2e_p50"] and r["window_s"] < 2 * r["e2e_p50"]]
+        short = [r for r in rows if r["window_s"] and r.get("e2e_mean") and r["window_s"] < 2 * r["e2e_mean"]]
         if short:
-            worst = max(r["e2e_p50"] for r in short)
-            out.append(f"c={lv}: the measure window ({short[0]['window_s']:.0f} s) is shorter than twice the p50 "
-                       f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} windows: throughput there "
-                       "is a start-up transient, not a steady state; use longer phases for a real answer")
+            worst = max(r["e2e_mean"] for r in short)
+            out.append(f"c={lv}: the measure phase ({short[0]['window_s']:.0f} s) is shorter than twice the mean "
+                       f"latency (up to {worst:.1f} s) in {len(short)} of {len(rows)} windows: few requests per user "
+                       "start in it, so the prompts they drew weigh on the rate; lengthen measure_s")
     unprimed = []  # priming: before a level's measure window, at least C untimed requests (count or warm-up phase)
     for b in run["blocks"]:
         for c in measure_edges(b["counters"]):
@@ -489,17 +490,14 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
         out.append(f"not primed: {len(unprimed)} level(s) sent fewer untimed requests than their concurrency before "
                    f"the measure window ({', '.join(unprimed[:4])}{' ...' if len(unprimed) > 4 else ''}), so cold "
                    "first requests (predictor KV cache, speech tokenizer, code2wav) may land in it; lengthen warmup_s")
-    for b in run["blocks"]:  # requests running at the stop are never recorded: the last window needs a drain after it
-        edges = measure_edges(b["counters"])
-        if not edges:
-            continue
-        last = max(edges, key=lambda c: edges[c][1])
-        ends = [r["t_start"] + r["e2e_s"] for r in b["requests"] if r.get("e2e_s") is not None
-                and r.get("concurrency") == last]
-        if ends and max(ends) < edges[last][1] + 0.5:
-            out.append(f"c={last}: no drain after the last measure window (window {b['meta'].get('block_id')}"
-                       "): requests still running at the stop are unrecorded, so its throughput reads low")
-            break
+    outlived: dict[int, list[tuple[int, float]]] = {}  # level -> (measured requests past its drain, seconds over)
+    for b in run["blocks"]:
+        for c, (n, over) in outlived_levels(b).items():
+            outlived.setdefault(c, []).append((n, over))
+    for c, rows in sorted(outlived.items()):
+        out.append(f"c={c}: measured requests ran past the level's drain, up to {max(s for _, s in rows):.1f} s (up to "
+                   f"{max(n for n, _ in rows)} requests, in {len(rows)} window(s)): they ran partly under the next "
+                   "level's load; set that level's drain_s to its longest request (loadtest/window_fit.py)")
     late: dict[int, list[tuple[int, float]]] = {}  # level -> (requests, seconds) of an earlier level in its window
     for b in run["blocks"]:  # a level after a higher one: the stopped users finish their requests during its warm-up
         edges = measure_edges(b["counters"])
