@@ -200,8 +200,9 @@ def test_a_measured_request_that_outlived_its_levels_drain_is_found():
     snap = {"kind": "snapshot", "concurrency": 8, "ok": True, "step": 0}
     block = {"workload": {"drains": {8: 1.0}},
              "counters": [{**snap, "edge": "start", "t": 0.0}, {**snap, "edge": "end", "t": 10.0}],
-             "requests": [_closed("short", 5.0, 2.0, t=9.0), _closed("short", 1.2, 2.0, t=9.5),
-                          _closed("short", 9.0, 2.0, phase="drain", t=10.5)]}
+             "requests": [{**r, "concurrency": 8} for r in (
+                 _closed("short", 5.0, 2.0, t=9.0), _closed("short", 1.2, 2.0, t=9.5),
+                 _closed("short", 9.0, 2.0, phase="drain", t=10.5))]}
     assert outlived_levels(block) == {8: (1, pytest.approx(3.0))}  # 14 s against 10 + 1; 10.7 is within the slack
     block["workload"]["drains"] = {8: 4.0}
     assert outlived_levels(block) == {}
