@@ -746,3 +746,14 @@ def test_plan_chance_is_the_chance_that_the_planned_run_reaches_its_target():
     assert two["pilot_df"]["start"] == 1 and two["with_pilot_uncertainty"] < two["known_variances"]
     with pytest.raises(ValueError, match="S >= 2"):
         inf.plan_chance(comp, 1, 1, 1.0)
+
+
+def test_a_sequential_look_with_a_single_permitted_look_is_json_safe():
+    """min_rounds == max_rounds (make ab UNTIL=decided at the defaults: 3..3): the rule is the plain t test, and the
+    look's record carries no infinite boundary (summary/comparison JSON refuses inf)."""
+    import json
+
+    res = inf.sequential_look({"8": [-0.22, -0.23, -0.21]}, min_rounds=3, max_rounds=3, alpha=0.05, margin_pct=1.0,
+                              higher_is_better=True)
+    json.dumps(res, allow_nan=False)
+    assert res["levels"]["8"]["kind"] == "slower" and res["boundary"]["C_difference_simultaneous"] is None

@@ -317,4 +317,6 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
                         f"{SEQ_PATHS} simulated null paths (seed {SEQ_SEED})" if share < 1.0 else "")
                      + f"; Holm over {n_levels} level(s) for differences; equivalence by repeated intervals at "
                        f"one-sided alpha={alpha:g}"),
-            "boundary": {"C_difference_simultaneous": c_diff, "C_equivalence": c_eq, "first_look_share": share}}
+            # a single look (min_rounds == max_rounds) has no O'Brien-Fleming part: no C (None, JSON has no inf)
+            "boundary": {"C_difference_simultaneous": c_diff if math.isfinite(c_diff) else None, "C_equivalence": c_eq,
+                         "first_look_share": share}}
