@@ -70,7 +70,7 @@ def test_known_answers_are_recovered(tmp_path):
     pool = calibrate.pool_record(nested_pool(tmp_path / "pool", d_ab=lambda s, p: math.log(0.95) + offs[s % 3]))
     res = calibrate.calibrate(pool, 3, 3)
     c = res["counts"]
-    assert c["ab_slower_4"] == [2, 2] and c["ab_slower_16"] == [2, 2] and c["ab_slower_all"] == [2, 2]
+    assert c["ab_detect_4"] == [2, 2] and c["ab_detect_16"] == [2, 2] and c["ab_detect_all"] == [2, 2]
     assert c["ab_wrong_direction"] == [0, 2] and c["ab_false_equivalence"] == [0, 2]
     assert c["aa_any_claim"] == [0, 2] and c["aa_equivalent_all"] == [0, 2] and c["aa_covers_4"] == [2, 2]
     # each experiment's starts are 0,1,2 or 3,4,5: the same three start effects, so its interval is the same and
@@ -103,7 +103,7 @@ def test_command_line_writes_raw_form_and_recomputes_from_it(tmp_path, capsys, n
     assert {"round", "kind", "arm", "start", "position", "timing", "levels"} <= set(w)
     assert set(w["levels"]["16"]) >= {"throughput_rps", "n", "n_error", "within_var"}
     text = out1.read_text()
-    assert "Wilson" in text and "false claims at true 1" in text and "detection of the known delay" in text
+    assert "Wilson" in text and "false claims at true 1" in text and "detection of the known effect" in text
     assert raw.stat().st_size < 100_000
 
 
@@ -192,3 +192,13 @@ def test_left_out_rounds_are_named_with_their_reason(tmp_path, capsys, noisy_poo
                            "--out", str(out)]) == 0
     assert "**rounds left out of every number below: 0-2** (busy box)" in out.read_text()
     assert "--exclude-rounds 0-2 --exclude-why 'busy box'" in out.read_text()
+
+
+def test_a_real_change_is_detected_in_the_direction_the_pool_shows():
+    """Without a known delay on B (original vs fixed: B faster), detection counts "faster" and "slower" is the wrong
+    direction; under a known delay it stays "slower"."""
+    rows = [{"aa": None, "ab": {"levels": {"8": {"n": 3, "kind": k, "ci": [1.01, 1.08]}}}, "realised_leave_out": None}
+            for k in ("faster", "faster", "inconclusive")]
+    c = calibrate.counts(rows, ["8"], "faster")
+    assert c["ab_detect_8"] == [2, 3] and c["ab_wrong_direction"] == [0, 3]
+    assert calibrate.counts(rows, ["8"], "slower")["ab_wrong_direction"] == [2, 3]

@@ -316,11 +316,11 @@ def calibrate(pool: dict, k: int, k_aa: int | None = None) -> dict:
         rows.append({"experiment": i, "units": e["units"], "ab": ab, "aa": aa, "realised_leave_out": realised})
     n_units_ab = {lv: len(unit_means(pool, lv, "ab")) for lv in levels}
     summary = {"levels": levels, "k": k, "k_aa": k if k_aa is None else k_aa, "design": pool["design"],
-               "experiments": rows,
+               "experiments": rows, "expected": expected_word(pool, levels),
                "pool_ratio": {lv: pooled_ratio(pool, lv) for lv in levels},
                "pool_ratio_aa": {lv: pooled_ratio(pool, lv, kind="aa") for lv in levels},
                "pool_latency_ratio": {lv: pooled_ratio(pool, lv, metric="e2e_p50") for lv in levels},
-               "units_ab": n_units_ab, "counts": counts(rows, levels)}
+               "units_ab": n_units_ab, "counts": counts(rows, levels, expected_word(pool, levels))}
     # what the rule should do at this pool's own spread (a reference for the observed rates, not a tuning)
     exp_power = {}
     for lv in levels:
@@ -337,9 +337,10 @@ def calibrate(pool: dict, k: int, k_aa: int | None = None) -> dict:
     return summary
 
 
-def counts(rows: list[dict], levels: list[str]) -> dict:
-    """(k, n) per rate: false claims, equivalence and coverage at true 1 (A/A); detection, wrong direction, false
-    equivalence and coverage of the realised ratio at the known delay (A/B)."""
+def counts(rows: list[dict], levels: list[str], expected: str = "slower") -> dict:
+    """(k, n) per rate: false claims, equivalence and coverage at true 1 (A/A); detection (the `expected` word),
+    wrong direction, false equivalence and coverage of the realised ratio at the known effect (A/B)."""
+    wrong = "faster" if expected == "slower" else "slower"
     c: dict[str, list[int]] = {}
 
     def add(key: str, hit: bool) -> None:
@@ -362,11 +363,11 @@ def counts(rows: list[dict], levels: list[str]) -> dict:
             add("aa_too_small", True)
         if ab is not None and all(ab["levels"][lv]["n"] >= 2 for lv in levels):
             kinds = {lv: ab["levels"][lv]["kind"] for lv in levels}
-            add("ab_slower_all", all(k == "slower" for k in kinds.values()))
-            add("ab_wrong_direction", any(k == "faster" for k in kinds.values()))
+            add("ab_detect_all", all(k == expected for k in kinds.values()))
+            add("ab_wrong_direction", any(k == wrong for k in kinds.values()))
             add("ab_false_equivalence", any(k == "equivalent" for k in kinds.values()))
             for lv in levels:
-                add(f"ab_slower_{lv}", kinds[lv] == "slower")
+                add(f"ab_detect_{lv}", kinds[lv] == expected)
                 known = (row["realised_leave_out"] or {}).get(lv)
                 if known is not None:
                     lo, hi = ab["levels"][lv]["ci"]
@@ -540,9 +541,10 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         ep = res["expected_power"].get(lv)
         ref = (f"expected {100 * ep['holm_first']:.0f}–{100 * ep['unadjusted']:.0f} % at this pool's spread"
                if ep else "")
-        row(f"**detection of the known delay (\"slower\"), c={lv}**", f"ab_slower_{lv}", ref)
-    row("detection at every level", "ab_slower_all", "")
-    row("wrong direction (\"faster\" at any level)", "ab_wrong_direction", "≈ 0", le5)
+        row(f"**detection of the known effect (\"{res['expected']}\"), c={lv}**", f"ab_detect_{lv}", ref)
+    row("detection at every level", "ab_detect_all", "")
+    wrong = "faster" if res["expected"] == "slower" else "slower"
+    row(f"wrong direction (\"{wrong}\" at any level)", "ab_wrong_direction", "≈ 0", le5)
     row("false equivalence (±1 %) at the known delay, any level", "ab_false_equivalence", "≤ 5 %", le5)
     for lv in levels:
         row(f"95 % interval covers the realised ratio (leave-experiment-out), c={lv}", f"ab_covers_{lv}", "≈ 95 %")
@@ -596,7 +598,7 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
             cc = r["counts"]
             lines.append(f"- `{p['name']}` ({p['design']}, k = {r['k']}): false claims at true 1 "
                          f"{rate(cc.get('aa_any_claim'))}; detection "
-                         + ", ".join(f"c={lv} {rate(cc.get(f'ab_slower_{lv}'))}" for lv in r["levels"])
+                         + ", ".join(f"c={lv} {rate(cc.get(f'ab_detect_{lv}'))}" for lv in r["levels"])
                          + f"; wrong direction {rate(cc.get('ab_wrong_direction'))}")
     return "\n".join(lines) + "\n"
 
@@ -627,6 +629,15 @@ def assumptions_lines(res: dict) -> list[str]:
                          f"{'n/a' if a['shapiro_p'] is None else format(a['shapiro_p'], '.2f')} | "
                          f"{', '.join(reading)} |")
     return lines + [""]
+
+
+def expected_word(pool: dict, levels: list[str]) -> str:
+    """The verdict the known answer calls for: "slower" under a known delay on B; without one (a real change, such as
+    original vs fixed) the direction of the whole pool's realised ratio at the first level."""
+    if (_x_pct(pool) or 0.0) > 0:
+        return "slower"
+    r = pooled_ratio(pool, levels[0]).get("ratio") if levels else None
+    return "faster" if r is not None and r > 1.0 else "slower"
 
 
 def _x_pct(pool: dict) -> float | None:
