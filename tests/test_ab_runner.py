@@ -296,7 +296,7 @@ def test_demo_settings_live_in_the_config_files():
     assert window_fit.problems(sc, window_fit.predict(sc, stand_ins)) == []  # its windows hold their requests
     assert sc.mix == {"short": 1}
     windows = (d["rounds"] + d["aa_rounds"]) * 2
-    assert sc.duration_s * windows + d["settle_s"] * windows < 240  # 6 windows of load inside `make demo`'s 5 min
+    assert sc.duration_s * windows + d["settle_s"] * windows <= 250  # 6 windows of load: `make demo` under 5 min
     assert (ROOT / d["scenario"]).read_text().startswith("# `make demo`")  # the comments say why
     assert (ROOT / "configs/sim/default.yaml.fit.json").is_file()  # the demo quotes a fitted profile's fidelity
 
