@@ -99,6 +99,7 @@ def analyse(run_dir: str) -> dict:
             truth_key = key.replace("_window", "")
             row["metrics"][key] = {"ratio": res["ratio"], "ci": res["ci"], "kind": res["kind"],
                                    "sd_pct": 100 * float(np.std(d, ddof=1)) if d.size > 1 else None,
+                                   "se_pct": 100 * float(np.std(d, ddof=1)) / math.sqrt(d.size) if d.size > 1 else None,
                                    "bias_pct": 100 * (res["ratio"] / row["truth"][truth_key] - 1)
                                    if res["ratio"] and row["truth"][truth_key] else None,
                                    "decided_at": decided, "per_round": [float(math.exp(x)) for x in d]}
@@ -132,7 +133,7 @@ def _summary_rows(results: list[dict]) -> list[str]:
             ratio = m["sd_pct"] / p50["sd_pct"] if m["sd_pct"] is not None and p50["sd_pct"] else None
             rows.append(f"| {res['run']} | {res['design']} | {sets} | c={lv} | "
                         f"{_f(row['truth']['audio_throughput'], '{:.4f}')} | "
-                        f"{_f(m['ratio'], '{:.4f}')} | {_f(m['bias_pct'], '{:+.2f} %')} | "
+                        f"{_f(m['ratio'], '{:.4f}')} | {_f(m['bias_pct'], '{:+.2f}')} ± {_f(m['se_pct'], '{:.2f} %')} | "
                         f"{_f(row['quiet']['bias_pct'], '{:+.2f} %')} ({row['quiet']['rounds']}) | "
                         f"{_f(old['bias_pct'], '{:+.2f} %')} | {_f(m['sd_pct'], '{:.2f} %')} | "
                         f"{_f(old['sd_pct'], '{:.2f} %')} | {_f(p50['sd_pct'], '{:.2f} %')} | {_f(ratio, '{:.1f}')} | "
@@ -150,7 +151,7 @@ def render(results: list[dict], command: str) -> str:
              "(audio-s/s), c / mean latency (req/s), and of the median latency. **new** = the closed-loop estimator "
              "(Little's law over the requests that started in the measure phase, bucket means weighed by the mix; "
              "the primary metric), **old** = the lifetime share inside the measure window it replaced; **bias** = "
-             "estimate / truth - 1 (**quiet rounds**: over the rounds whose two windows had the host's CPUs under "
+             "estimate / truth - 1, ± its standard error (per-round sd / sqrt(rounds)) (**quiet rounds**: over the rounds whose two windows had the host's CPUs under "
              f"{HOST_BUSY_PCT:.0f} % busy at that level, their count in brackets: the report's own busy-host warning; a "
              "starved simulator runs late, which is the machine, not the estimator); **sd** = per-round sd of ln(B/A); "
              "**decided** = first round count at which the "
