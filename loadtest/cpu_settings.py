@@ -33,6 +33,12 @@ THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "VLLM_CPU_
 UNSET = "unset"
 
 
+def default_executor(release: str) -> str:
+    """uni where it was measured (0.16.0, the plugin's release); a later release keeps its stock mp until a
+    measurement says otherwise (vLLM >= 0.30 with uni needs VLLM_ENABLE_V1_MULTIPROCESSING=0, not yet tried)."""
+    return DEFAULT_EXECUTOR if release == "0.16.0" else STOCK_EXECUTOR
+
+
 class SettingsError(ValueError):
     """A setting the CPU server cannot run with: one line."""
 

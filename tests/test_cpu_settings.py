@@ -98,7 +98,10 @@ def test_serve_dry_run_names_the_generated_file_for_uni_and_the_stock_file_for_m
     assert serve.main(["--variant", "fixed", "--executor", "mp", "--omp-wait-policy", "passive", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"--stage-configs-path {STAGES}" in out and "OMP_WAIT_POLICY=PASSIVE" in out and ".mp.yaml" not in out
-    assert serve.main(["--vllm-omni", "0.30.0", "--dry-run"]) == 0
+    assert serve.main(["--vllm-omni", "0.30.0", "--dry-run"]) == 0  # a later release: its stock mp until measured
+    out = capsys.readouterr().out
+    assert "# settings: executor mp;" in out and ".uni.yaml" not in out
+    assert serve.main(["--vllm-omni", "0.30.0", "--executor", "uni", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "--deploy-config '<temporary folder>/qwen3_tts_cpu_030.uni.yaml'" in out
     assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in out
