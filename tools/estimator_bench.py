@@ -77,7 +77,13 @@ def analyse(run_dir: str) -> dict:
     rounds = paired_rounds(blocks, "ab")
     levels = sorted({lv for b in blocks for lv in b["levels"]}, key=int)
     looks = [x for x in run["looks"] if x.get("stop")]
+    steps = [st if isinstance(st, dict) else {"concurrency": st} for st in scen.get("steps") or []]
+    phases = scen.get("phases") or {}
+    drains = sorted({float(st.get("drain_s", phases.get("drain_s", 0))) for st in steps})
+    scenario = (f"{scen.get('name')}: mix {', '.join(f'{k} {v:g}' for k, v in mix)}; drains "
+                f"{'/'.join(f'{d:g}' for d in drains)} s")
     out = {"run": Path(run_dir).name, "design": design_of(run["manifest"]), "sets": set_b, "rounds": len(rounds),
+           "scenario": scenario,
            "variants": [run["manifest"].get("variants", {}).get(k) for k in ("A", "B")],
            "command": _command(run["manifest"].get("command")),
            "stopped": {"round": looks[0].get("rounds"), "kind": looks[0].get("kind"), "text": looks[0].get("text")}
@@ -159,7 +165,8 @@ def render(results: list[dict], command: str) -> str:
              "", "## Summary: audio throughput (the primary metric)", "", *_summary_rows(results), ""]
     for res in results:
         sets = " ".join(res["sets"]) or f"{res['variants'][1]} vs {res['variants'][0]}"
-        lines += [f"## {res['run']}: design {res['design']}, B {sets}, {res['rounds']} A/B rounds", ""]
+        lines += [f"## {res['run']}: design {res['design']}, B {sets}, {res['rounds']} A/B rounds", "",
+                  f"Scenario {res['scenario']}.", ""]
         if res.get("command"):
             lines += [f"`{res['command']}`", ""]
         if res.get("stopped"):
