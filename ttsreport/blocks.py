@@ -60,12 +60,7 @@ def load_run(run_dir: str | Path) -> dict:
     if manifest.get("schema") in AB_MANIFESTS:  # the one upgrade of an A/B manifest, here at load time
         manifest = read_manifest(manifest, str(run / "manifest.json")).to_dict()
     notes: list[str] = []
-    scenario = None
-    if (run / "scenario.yaml").is_file():
-        try:
-            scenario = yaml.safe_load((run / "scenario.yaml").read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ValueError(f"{run}/scenario.yaml: not YAML ({str(e).splitlines()[0]})") from None
+    scenario = _yaml_file(run / "scenario.yaml")
     starts: dict[int, dict] = {}
     if (run / "starts").is_dir():
         for sdir in sorted((run / "starts").iterdir()):
@@ -95,15 +90,20 @@ def load_run(run_dir: str | Path) -> dict:
             "looks": looks, "notes": notes}
 
 
+def _yaml_file(path: Path):
+    """A YAML file's content, None when it is absent; a file that is not YAML is one line of error."""
+    if not path.is_file():
+        return None
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+
+
 def _workload(bdir: Path, run_scenario: dict | None) -> dict:
     """The load a window ran: its loop and prompt mix, from the window's own scenario.yaml (else the run's). The
     closed-loop work rates weigh the prompt buckets by this mix (closed_loop_rates)."""
-    scen = run_scenario
-    if (bdir / "scenario.yaml").is_file():
-        try:
-            scen = yaml.safe_load((bdir / "scenario.yaml").read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ValueError(f"{bdir}/scenario.yaml: not YAML ({str(e).splitlines()[0]})") from None
+    scen = _yaml_file(bdir / "scenario.yaml") if (bdir / "scenario.yaml").is_file() else run_scenario
     scen = scen if isinstance(scen, dict) else {}
     mix = scen.get("mix") if isinstance(scen.get("mix"), dict) else None
     phases = scen.get("phases") if isinstance(scen.get("phases"), dict) else {}
