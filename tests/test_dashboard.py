@@ -27,6 +27,7 @@ from ttsreport import dashboard as dash
 
 needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
 EXAMPLE = ROOT / "reports" / "example"
+R1_A = next(EXAMPLE.glob("blocks/*-r1-ab-A")).name  # the example's round-1 window of arm A
 
 
 def _copy_example(dst: Path, **manifest) -> Path:
@@ -48,15 +49,16 @@ def folder(tmp_path_factory) -> Path:
     (interrupted), a later run of the same experiment whose c=64 interval moved and with an invalid window, and
     three folders that cannot be read."""
     root = tmp_path_factory.mktemp("reports")
-    _copy_example(root / "ab-done")
+    _copy_example(root / "ab-done", started="2026-12-01T21:26:11Z")  # the oldest of the folder's runs
     stopped = _copy_example(root / "ab-stopped", status="interrupted", started="2026-12-02T08:00:00Z",
                             run_id="ab-stopped")
-    _set_block(stopped, "005-r2-ab-B", status="interrupted", reason="SIGINT/SIGTERM during the window")
+    last = sorted(p.name for p in (stopped / "blocks").iterdir())[-1]  # the run's last window
+    _set_block(stopped, last, status="interrupted", reason="SIGINT/SIGTERM during the window")
     for name in ("summary.json", "comparison.json", "summary.md", "index.html"):
         (stopped / name).unlink()
     later = _copy_example(root / "ab-later", started="2026-12-03T09:00:00Z", run_id="ab-later",
                           git_revision="feedc0de" * 5)
-    _set_block(later, "002-r1-ab-A", status="invalid", reason="manipulation check failed: syncs 0 != expected 540")
+    _set_block(later, R1_A, status="invalid", reason="manipulation check failed: syncs 0 != expected 540")
     comp = json.loads((later / "comparison.json").read_text())  # a second run's statistics: c=64 lower, c=8 the same
     for lv, ratio, ci in (("64", 1.12, [1.10, 1.15]), ("8", 1.046, [1.040, 1.050])):
         row = comp["headline"]["levels"][lv]
@@ -116,7 +118,8 @@ def test_a_complete_run_as_its_report_says(board, folder):
     assert (r.design, r.unit, r.experiment) == ("swap", "round", "mission-016-original-vs-fixed")
     assert r.arms == "A: original · B: fixed" and r.metric == "audio throughput" and not r.invalid
     assert r.link == "ab-done/index.html" and (folder / r.link).is_file()
-    assert r.git.startswith("be403b2165") and r.server == "ttssim (tts-loadtest 0.1.0)"
+    assert r.git == json.loads((EXAMPLE / "manifest.json").read_text())["git_revision"]
+    assert r.server == "ttssim (tts-loadtest 0.1.0)"
     # the example's own report: its cards in summary.md ("- c=8: **faster** B/A ×1.045 [1.042, 1.048] ...")
     cards = re.findall(r"^- c=(\d+): \*\*(.+?)\*\* B/A ×([\d.]+) \[([\d.]+), ([\d.]+)\]",
                        (EXAMPLE / "summary.md").read_text(), re.M)
@@ -146,7 +149,7 @@ def test_a_sequential_run_shows_where_its_looks_stopped_it(tmp_path):
 def test_invalid_windows_are_listed(board):
     r = _run(board, "ab-later")
     assert r.status == "complete"
-    assert r.invalid == ["002-r1-ab-A: manipulation check failed: syncs 0 != expected 540"]
+    assert r.invalid == [f"{R1_A}: manipulation check failed: syncs 0 != expected 540"]
 
 
 def test_unreadable_folders_are_listed_with_the_reason(board):
