@@ -266,12 +266,13 @@ def test_the_example_gives_the_same_comparison_from_a_checkout_without_configs_s
 
 
 def _quick_scenario(tmp_path: Path) -> Path:
-    """One level (c=8, short prompts), 1 s count, 3 s warm-up, 6 s measure, 3 s drain: a window of about 14 s on the
+    """One level (c=8, short prompts), 1 s count, 4 s warm-up, 8 s measure, 4 s drain: a window of about 18 s on the
     fitted profile configs/sim/default.yaml, whose ~65 ms modelled steps outweigh a busy box's CPU noise (on the
-    millisecond steps of fast.yaml the per-round ratio of a 25 % slowdown scattered over 0.8-1.5)."""
+    millisecond steps of fast.yaml the per-round ratio of a 25 % slowdown scattered over 0.8-1.5); long enough for
+    B 50 % slower (loadtest/window_fit.py: mean 3.5 s, longest 4.2 s)."""
     f = tmp_path / "quick.yaml"
     f.write_text("schema: tts-scenario/1\nname: quick\nmode: stream\nloop: closed\nseed: 1614\nmix: {short: 1}\n"
-                 "timeout_s: 30\nphases: {count_s: 1, warmup_s: 3, measure_s: 6, drain_s: 3}\n"
+                 "timeout_s: 30\nphases: {count_s: 1, warmup_s: 4, measure_s: 8, drain_s: 4}\n"
                  "steps:\n  - {concurrency: 8}\n")
     return f
 
