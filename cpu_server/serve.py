@@ -11,7 +11,7 @@ The server runs in our process group, so a signal to the group (the A/B runner, 
 killed. SIGTERM or Ctrl-C: SIGTERM to the server's process tree, STOP_GRACE_S for vLLM's own shutdown, SIGKILL to
 whatever is left of the tree, and every /dev/shm segment the tree had open and left behind is removed. Exit 0 after a requested
 stop, 1 when the server died or never became ready, 2 for bad input, 3 when the CPU lacks AVX-512.
-`--executor uni|mp` (default uni; EXECUTOR=mp in make serve) sets vLLM's distributed_executor_backend of every stage:
+`--executor uni|mp` (default mp, the stock file; EXECUTOR=uni in make serve) sets vLLM's distributed_executor_backend of every stage:
 mp serves the committed file as it is, uni a copy with only that key changed, written to a temporary folder per
 start; `--omp-threads N` / `--omp-wait-policy passive|active` set OMP_NUM_THREADS / OMP_WAIT_POLICY for every server
 process (loadtest/cpu_settings.py; docs/real-cpu-server.md, "Executor").
@@ -238,9 +238,8 @@ def main(argv=None) -> int:
                    help="the plugin's control file (TTS_PREDICTOR_CONTROL); must exist")
     p.add_argument("--seed", type=int, default=0, help="seed of the tiny model")
     p.add_argument("--executor", default=None, choices=cpu_settings.EXECUTORS,
-                   help=f"vLLM's distributed_executor_backend in every stage (default {cpu_settings.DEFAULT_EXECUTOR} "
-                        f"for 0.16.0, where it was measured; {cpu_settings.STOCK_EXECUTOR}, the committed file as it "
-                        "is, for a later release until it is)")
+                   help="vLLM's distributed_executor_backend in every stage (default mp, the committed file as it is; "
+                        "uni: measured quieter on 0.16.0, docs/real-cpu-server.md)")
     p.add_argument("--omp-threads", type=int, default=None, help="OMP_NUM_THREADS of every server process")
     p.add_argument("--omp-wait-policy", default=None, choices=cpu_settings.WAIT_POLICIES,
                    help="OMP_WAIT_POLICY of every server process (default: the environment's, else libgomp's)")

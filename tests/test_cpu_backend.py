@@ -53,7 +53,7 @@ def test_cpu_launch_is_serve_py_with_the_control_file():
     exp = ex.on_cpu(ex.mission("original", "fixed"))
     launch = ex.server_launch(exp, exp.arms["B"], 18000, control_dir="/tmp/ctl")
     assert launch.argv[1:] == [ex.CPU_SERVE, "--variant", "fixed", "--host", "127.0.0.1", "--port", "18000",
-                               "--executor", "uni", "--control", "/tmp/ctl/control.json"]
+                               "--executor", "mp", "--control", "/tmp/ctl/control.json"]
     assert not launch.simulated and launch.stop_timeout_s > ex.CPU_STOP_GRACE_S
     man = ex.arm_manifest(exp.arms["B"])
     assert man["backend"] == ex.CPU_BACKEND and man["simulated"] is False and "real vllm-omni 0.16.0" in man["what"]

@@ -67,7 +67,7 @@ def test_what_is_recorded_includes_the_inherited_environment():
 
 def test_cpu_arms_carry_the_executor_into_launch_and_manifest(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    for executor, want in ((None, "uni"), ("mp", "mp")):
+    for executor, want in ((None, "mp"), ("uni", "uni")):
         exp = ex.on_cpu(ex.mission("original", "fixed"), executor)
         a, b = exp.arms.values()
         assert a.executor == b.executor == want and hot_swap_problem(a, b) is None
@@ -91,7 +91,7 @@ def _serve_module(monkeypatch):
 
 def test_serve_dry_run_names_the_generated_file_for_uni_and_the_stock_file_for_mp(monkeypatch, capsys):
     serve = _serve_module(monkeypatch)
-    assert serve.main(["--variant", "fixed", "--dry-run"]) == 0
+    assert serve.main(["--variant", "fixed", "--executor", "uni", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "--stage-configs-path '<temporary folder>/qwen3_tts_cpu.uni.yaml'" in out
     assert "# settings: executor uni;" in out and "VLLM_CPU_OMP_THREADS_BIND=nobind" in out

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=None, help="simulator config (ignored by BACKEND=vllm)")
     p.add_argument("--backend", choices=list(BACKENDS), default=None)
     p.add_argument("--executor", choices=("uni", "mp"), default=None,
-                   help="BACKEND=vllm-cpu only: vLLM's executor in every stage (cpu_server/serve.py; default uni)")
+                   help="BACKEND=vllm-cpu only: vLLM's executor in every stage (cpu_server/serve.py; default mp; uni: quieter on 0.16.0)")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     if args.executor and args.backend != "vllm-cpu":
