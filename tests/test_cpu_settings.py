@@ -160,7 +160,7 @@ def test_the_stage_generator_writes_the_uni_file():
 
 # ----------------------------------------------------------------------------------------------- CPU scenario
 
-MEASURED_UNI = {1: 6.99, 2: 7.80}  # mean E2E s of 63-frame streams with uni, 2026-12-07 (issue 43)
+MEASURED_UNI = {1: 6.99, 2: 7.80}  # mean E2E s of 63-frame streams with uni, 2026-12-07 (docs/real-cpu-server.md, "Executor")
 
 
 def test_the_uni_stand_in_predicts_the_measured_means():

@@ -1,4 +1,4 @@
-"""A plain Locust run as a Locust user types it (issue 44): real Locust processes against a real simulator process.
+"""A plain Locust run as a Locust user types it: real Locust processes against a real simulator process.
 
 The README's line (`-u 4 -t 20s`, no --scenario) runs one level and ends with a summary and the load-run report; a
 server killed mid-run stops the run within seconds with the cause on stderr, in the manifest, on the page and on the
