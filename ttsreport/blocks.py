@@ -103,7 +103,7 @@ def _yaml_file(path: Path):
 def _workload(bdir: Path, run_scenario: dict | None) -> dict:
     """The load a window ran: its loop and prompt mix, from the window's own scenario.yaml (else the run's). The
     closed-loop work rates weigh the prompt buckets by this mix (closed_loop_rates)."""
-    scen = _yaml_file(bdir / "scenario.yaml") if (bdir / "scenario.yaml").is_file() else run_scenario
+    scen = _yaml_file(bdir / "scenario.yaml") or run_scenario
     scen = scen if isinstance(scen, dict) else {}
     mix = scen.get("mix") if isinstance(scen.get("mix"), dict) else None
     phases = scen.get("phases") if isinstance(scen.get("phases"), dict) else {}
@@ -311,7 +311,8 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
     (the earlier estimator, kept for the known-answer bench): with the window's edges known, every ok request of the
     level counts for the share of its lifetime inside the window; without edges, ok requests started in the measure
     phase / window length. The window estimator moves with which requests the window's edges cut and which prompts
-    fall inside (reports/bench/estimator.md: a known 25 % slowdown read x0.70-0.77 with a 14 % per-round spread).
+    fall inside (reports/bench/estimator.md, run old25: a known 25 % slowdown, truth x0.80, read x0.73-0.81 with
+    1.5-12 % per-round spread).
     """
     meas = [r for r in requests if r.get("phase") == "measure"]
     ok = [r for r in meas if r.get("ok")]
