@@ -76,10 +76,12 @@ help:
 	@echo "make clean     remove .venv and the test caches"
 	@echo "make help      this list. How long each takes: reports/bench/timings.md; every option: docs/guide.md"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml loadtest/tts_locust_help.pth
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==25.3
 	$(PY) -m pip install -q -e '.[dev]'
+	@# Locust prints --help before it reads a locustfile: this start-up hook adds the suite's options (loadtest/locust_help.py)
+	cp loadtest/tts_locust_help.pth "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -4,8 +4,8 @@ parses (before it prints anything or opens its web UI), and Locust's -u/-r/-t tu
 Locust habits honoured: `-u N -t 30s` without `--scenario` is one closed-loop level at concurrency N for 30 s in
 all (part warm-up, part measured, part drain: one line says how much); with `--scenario` they are refused in one line
 (the scenario sets its levels and times); the web UI binds 127.0.0.1 unless `--web-host` says otherwise; `--host` is
-required before anything starts. Locust 2.47 prints `--help` before it reads a locustfile (locustio/locust#2917):
-`python loadtest/tts.py --help` prints Locust's help with the suite's options.
+required before anything starts. `locust -f loadtest/tts.py --help` shows these options through the venv's start-up
+hook (loadtest/locust_help.py), since Locust prints --help before it reads a locustfile.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Locustfile of the TTS load test: `locust -f loadtest/tts.py --host http://HOST:PORT [-u N -t 30s | --scenario ...]`.
 
 Wiring only: options (loadtest.locust_cli), a user class and a load shape hooked to loadtest.session, where the logic
-lives. `python loadtest/tts.py --help` prints Locust's help with the suite's options (Locust's own --help does not
-read the locustfile).
+lives. `locust -f loadtest/tts.py --help` lists the suite's options (loadtest/locust_help.py says how), as does
+`python loadtest/tts.py --help`.
 """
 
 from __future__ import annotations

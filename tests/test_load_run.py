@@ -29,6 +29,7 @@ from conftest import (
     write_scenario,
 )
 
+from loadtest.locust_help import asks_for_our_help
 from tools import browser
 from tools.sim_server import SimServer
 from ttsrecords import records
@@ -155,10 +156,14 @@ def test_options_refused_in_one_line_before_any_web_line():
     p = locust(["--headless", "--host", "http://127.0.0.1:9", "-u", "2", "-t", "30s", "--scenario",
                 "configs/scenarios/smoke.yaml"], timeout=30)
     one_error(p, "-u/--users", "-t/--run-time", "--scenario")
-    helptext = subprocess.run([".venv/bin/python", "loadtest/tts.py", "--help"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=30).stdout
-    for opt in ("--scenario", "--variant", "--keep-going", "--run-dir", "--users", "--web-host"):
-        assert opt in helptext
+    for cmd in ([".venv/bin/python", "loadtest/tts.py", "--help"], [".venv/bin/locust", "-f", "loadtest/tts.py", "--help"],
+                [*LOCUST, "--help"]):
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+        for opt in ("--scenario", "--variant", "--keep-going", "--run-dir", "--users", "--web-host"):
+            assert opt in p.stdout, (cmd, opt)
+    plain = subprocess.run([".venv/bin/locust", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert "--users" in plain.stdout and "--run-dir" not in plain.stdout  # another locustfile's help stays Locust's
 
 
 def test_web_ui_on_loopback_runs_to_a_finished_run_folder(tmp_path):
@@ -188,3 +193,15 @@ def test_web_ui_on_loopback_runs_to_a_finished_run_folder(tmp_path):
     man = json.loads((run / "manifest.json").read_text())
     assert man["status"] == "complete" and man["server"]["variant"] == "fixed"
     assert {r["concurrency"] for r in intact_lines(run / "requests.jsonl")} == {2}
+
+
+@pytest.mark.parametrize(("argv", "ours"), [
+    (["python", ".venv/bin/locust", "-f", "{tts}", "--help"], True),
+    (["python", "-m", "locust", "-h", "--locustfile={tts}"], True),
+    (["python", ".venv/bin/locust", "-f{tts},other.py", "-h"], True),
+    (["python", ".venv/bin/locust", "-f", "{tts}", "--headless"], False),  # no help asked
+    (["python", ".venv/bin/locust", "-f", "other.py", "--help"], False),
+    (["python", "-m", "pytest", "--help", "{tts}"], False),  # not locust
+])
+def test_the_help_hook_acts_only_for_locust_help_on_this_locustfile(argv, ours):
+    assert asks_for_our_help([a.format(tts=ROOT / "loadtest" / "tts.py") for a in argv]) is ours
