@@ -211,9 +211,13 @@ def test_serving_refuses_any_address_but_loopback(folder, capsys):
     assert dash.main([str(folder / "nothing")]) == 2 and "is not a folder" in capsys.readouterr().err
 
 
-def test_the_committed_page_lists_every_committed_run_folder_of_reports():
-    """reports/index.html names every run folder the repository commits (.gitignore's exceptions under reports/;
-    a run made here since, ignored by git, need not be in it)."""
+@pytest.mark.slow
+def test_make_dashboard_lists_every_committed_run_folder_and_leaves_the_checkout_clean():
+    """`make dashboard` as the README shows it: reports/index.html names every run folder the repository commits
+    (.gitignore's exceptions under reports/), and the page it writes is not a tracked file, so a user's checkout shows
+    no change after it."""
+    p = subprocess.run(["make", "-s", "dashboard"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("reports/index.html"), p.stderr[-2000:]
     page = (ROOT / "reports" / "index.html").read_text()
     committed = re.findall(r"^!/reports/([^/\s]+)/$", (ROOT / ".gitignore").read_text(), re.M)
     assert {"example", "bench", "micro"} <= set(committed)
@@ -222,6 +226,12 @@ def test_the_committed_page_lists_every_committed_run_folder_of_reports():
         if f.split("/")[0] in committed:
             assert f"<b>{f}</b>" in page, f
     assert "<b>example</b>" in page and "<b>bench</b>" in page
+    if (ROOT / ".git").exists():
+        tracked = subprocess.run(["git", "ls-files", "reports/index.html"], cwd=ROOT, capture_output=True, text=True)
+        assert tracked.stdout == ""
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "reports"], cwd=ROOT,
+                                 capture_output=True, text=True)
+        assert changed.stdout == "", changed.stdout
 
 
 def _running(root: Path, monkeypatch) -> tuple[runner.Runner, dict]:
