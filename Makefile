@@ -59,7 +59,7 @@ help:
 	@echo "               [UNTIL=decided MAX_ROUNDS=N MIN_ROUNDS=M] [PILOT=1 [TARGET_HALFWIDTH_PCT=1]] [PLAN_FROM=reports/<pilot>]"
 	@echo "               [MARGIN_PCT=1 CONFIDENCE=0.95 PRIMARY_METRIC=...] (pre-registered analysis, in the manifest) [OUT=reports]"
 	@echo "               SCENARIO=... [SIM_SET='k=v ...'] [B_SIM_SET='model.extra_step_pct=1' (known answer)] [B_HOST_DELAY_US=us]"
-	@echo "               [SETTLE_S=s] [RESUME=reports/<run>]"
+	@echo "               [SETTLE_S=s] [RESUME=reports/<run>] [EXECUTOR=uni|mp with BACKEND=vllm-cpu]"
 	@echo "make report    RUN=reports/<run>: rebuild statistics and report from stored files [MARGIN_PCT=x]"
 	@echo "make dashboard every run under reports/ in one page -> reports/index.html; SERVE=1 [DASHBOARD_PORT=8765]: live on 127.0.0.1"
 	@echo "make micro     micro benchmark of the predictor variants [QUICK=1] [DEVICE=cuda]"
@@ -152,7 +152,7 @@ ab: $(STAMP)
 		$(if $(MARGIN_PCT),--margin-pct $(MARGIN_PCT),) $(if $(CONFIDENCE),--confidence $(CONFIDENCE),) \
 		$(if $(PRIMARY_METRIC),--primary-metric $(PRIMARY_METRIC),) \
 		$(foreach kv,$(SIM_SET),--sim-set $(kv)) $(foreach kv,$(B_SIM_SET),--b-sim-set $(kv)) \
-		$(if $(B_HOST_DELAY_US),--b-host-delay-us $(B_HOST_DELAY_US),) \
+		$(if $(B_HOST_DELAY_US),--b-host-delay-us $(B_HOST_DELAY_US),) $(if $(EXECUTOR),--executor $(EXECUTOR),) \
 		$(if $(OUT),--out $(OUT),) $(if $(DRY_RUN),--dry-run,))
 
 demo: $(STAMP)

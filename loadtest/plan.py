@@ -98,7 +98,7 @@ def experiment_for(s: dict) -> ex.Experiment:
     if s.get("simulate") and not exp.simulated:
         exp = ex.simulated(exp)
     elif s.get("cpu"):
-        exp = ex.on_cpu(exp)
+        exp = ex.on_cpu(exp, s.get("executor"))
     if s.get("b_host_delay_us"):
         exp = positive_control(exp, float(s["b_host_delay_us"]))
     arms = {}
@@ -344,6 +344,10 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
                 "sim_config": a.sim_config or (SHORTHAND_SIM_CONFIG if shorthand else None),
                 "sim_set": list(a.sim_set or []), "b_sim_set": list(a.b_sim_set or []),
                 "b_host_delay_us": a.b_host_delay_us or 0.0}
+    if getattr(a, "executor", None):
+        if a.backend != ex.CPU_BACKEND:
+            raise SystemExit(f"error: --executor sets the real CPU server's stages; it needs --backend {ex.CPU_BACKEND}")
+        settings["executor"] = a.executor
     if settings["sim_config"] and not (ROOT / settings["sim_config"]).is_file():
         raise SystemExit(f"error: simulator config {settings['sim_config']} not found")
     try:

@@ -205,3 +205,18 @@ def test_the_report_shows_each_arms_executor_and_thread_env(monkeypatch):
     rows = {r[0]: r[1:] for r in arms_section(summary).parts[0].rows}
     assert rows["executor"] == ["mp", "mp"]
     assert all("'OMP_WAIT_POLICY': 'PASSIVE'" in cell for cell in rows["thread_env"])
+
+
+@pytest.mark.slow
+def test_make_ab_passes_the_executor_to_every_cpu_arm_and_refuses_it_elsewhere(tmp_path):
+    """`make ab BACKEND=vllm-cpu EXECUTOR=uni`: the plan prints the uni stage file and settings; without the CPU
+    backend the option is refused in one line before anything is written."""
+    common = ["make", "-s", "ab", "A=fixed", "B=fixed", "B_HOST_DELAY_US=2000", "DESIGN=swap", "ROUNDS=1",
+              "AA_ROUNDS=0", "SEED=3", "SCENARIO=configs/scenarios/cpu-quiet.yaml", "DRY_RUN=1", f"OUT={tmp_path}"]
+    p = subprocess.run([*common, "BACKEND=vllm-cpu", "EXECUTOR=uni"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "qwen3_tts_cpu.uni.yaml" in p.stdout and "# settings: executor uni;" in p.stdout
+    p = subprocess.run([*common, "BACKEND=sim", "EXECUTOR=uni"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--executor sets the real CPU server's stages" in p.stderr
+    assert not any(tmp_path.iterdir())
