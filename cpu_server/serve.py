@@ -38,7 +38,7 @@ from tts_omni_cpu import cpu_flags, missing_flags  # noqa: E402  (stdlib only at
 
 from loadtest import cpu_settings  # noqa: E402
 from loadtest.experiment import CPU_HEALTH_TIMEOUT_S, CPU_STAGES, CPU_STOP_GRACE_S  # noqa: E402
-from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES  # noqa: E402
+from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, TINY_MODEL_PREFIX, VARIANT_NAMES  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tts-lo
 
 
 def model_dir(seed: int) -> Path:
-    return CACHE / f"tiny-qwen3-tts-seed{seed}"
+    return CACHE / f"{TINY_MODEL_PREFIX}-seed{seed}"
 
 
 def server_env(args, prom_dir: str) -> dict[str, str]:

@@ -8,9 +8,9 @@ import time
 import pytest
 from conftest import locust, one_error, write_scenario
 
-from loadtest.session import FAIL_FAST_EXIT, FAIL_FAST_REQUESTS, FailFast, served_model
+from loadtest.session import FAIL_FAST_EXIT, FAIL_FAST_REQUESTS, FailFast, fixed_length_model, served_model
 from tools.sim_server import SimServer
-from tts_predictor.domain import MODEL_NAME
+from tts_predictor.domain import MODEL_NAME, TINY_MODEL_PREFIX
 from ttsrecords.records import read_requests
 
 
@@ -97,3 +97,17 @@ def test_locust_stops_within_seconds_when_the_first_requests_all_get_the_same_4x
     assert took < 30, took  # the scenario alone would run 66 s
     recs = read_requests(run_dir / "requests.jsonl")
     assert FAIL_FAST_REQUESTS <= len(recs) <= FAIL_FAST_REQUESTS + 4  # + the other users' requests in flight and not any(r.ok for r in recs)
+
+
+@pytest.mark.parametrize(("resp", "off"), [
+    (_Resp(200, {"data": [{"id": MODEL_NAME, "root": f"/root/.cache/tts-loadtest/{TINY_MODEL_PREFIX}-seed0"}]}), True),
+    (_Resp(200, {"data": [{"id": MODEL_NAME, "root": "Qwen/Qwen3-TTS-12Hz-0.6B-Base"}]}), False),
+    (_Resp(200, {"data": [{"id": MODEL_NAME}]}), False),  # the simulator lists no root
+    (_Resp(404, {"detail": "no"}), False),
+    (ConnectionError("refused"), False),
+])
+def test_the_audio_length_check_is_off_only_for_the_tiny_random_model(resp, off):
+    why = fixed_length_model("http://h:1", get=_get(resp))
+    assert (why is not None) is off
+    if off:
+        assert why.startswith("off: ") and f"{TINY_MODEL_PREFIX}-seed0" in why

@@ -28,3 +28,7 @@ BYTES_PER_SAMPLE = 2
 CHUNK_FRAMES = 25
 
 MODEL_NAME = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+# The folder name of the real CPU server's tiny random model (cpu_server/serve.py, <cache>/tiny-qwen3-tts-seed<N>):
+# /v1/models names it as the model's root, and its answers are 63 codec frames whatever the text, so the load
+# generator turns its audio-length check off for it (loadtest.session.fixed_length_model).
+TINY_MODEL_PREFIX = "tiny-qwen3-tts"

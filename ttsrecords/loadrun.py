@@ -67,6 +67,7 @@ class LoadManifest:
     timeout_s: float | None = None
     control: str | None = None
     control_epoch: int | None = None
+    audio_check: str | None = None  # null: each answer's length checked against its text; "off: why" otherwise
     server: ServerIdentity = field(default_factory=ServerIdentity)
     level_from: str | None = None
     role: str | None = None

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -268,6 +270,29 @@ def test_positive_control_delay_is_applied_counted_and_switched_off(real):
     assert real.request("wav").ok
     assert _value(real.metrics(), pm.CONTROL_EPOCH) == real.epoch
     assert _sum(real.metrics(), pm.HOST_DELAY_CALLS) == _sum(mid, pm.HOST_DELAY_CALLS)
+
+
+def test_locust_one_level_on_the_real_server_writes_its_load_run_report(real, tmp_path):
+    """The README's Locust line against the real CPU server (`-u 1 -t 30s`): one level, records of the variant asked
+    (the earlier tests switched variants, so the counters carry several labels and the server reports none), a
+    complete manifest naming a server that is not the simulator, the load-run report with its level."""
+    real.switch("fixed")
+    run = tmp_path / "locust-run"
+    p = subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest" / "tts.py"), "--headless",
+                        "--host", real.url, "-u", "1", "-t", "30s", "--variant", "fixed", "--run-dir", str(run)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and "one level: 1 user(s)" in p.stderr
+    assert re.search(r"^  c=1: [1-9]\d* ok / 0 failed", p.stdout, re.M), p.stdout[-2000:]
+    recs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    assert {r["concurrency"] for r in recs} == {1} and {r["variant"] for r in recs} == {"fixed"}
+    assert any(r["ok"] and r["phase"] == "measure" for r in recs)
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["status"] == "complete" and man["server"]["backend"] != "simulated", man["server"]
+    assert man["audio_check"].startswith("off: ") and "tiny" in man["audio_check"]  # 63 frames whatever the text
+    html = (run / "index.html").read_text()
+    assert "c=1" in html and "req/s" in html and "SIMULATED" not in html
+    print(f"\ntest-real: Locust -u 1 -t 30s: {len(recs)} records, {p.stdout.strip().splitlines()[-2]}")
 
 
 def test_zy_a_fatal_request_kills_the_engine_health_still_answers_and_the_checks_stop(real):
