@@ -361,8 +361,9 @@ def test_httpx_transport_streams_the_body_and_maps_connect_errors():
     assert not out.ok and out.error.startswith("connect: ConnectionError: connection refused")
 
 
-def _chunked_server(chunks: list[bytes], gap_s: float) -> tuple[socket.socket, int]:
-    """One HTTP/1.1 answer in chunked encoding over a real socket: the chunks `gap_s` apart, as a streaming server."""
+def _chunked_server(chunks: list[bytes], gap_s: float, cut: bool = False) -> tuple[socket.socket, int]:
+    """One HTTP/1.1 answer in chunked encoding over a real socket: the chunks `gap_s` apart, as a streaming server;
+    `cut`: the connection closes after the chunks without the final zero-length chunk (a server that died)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -377,7 +378,8 @@ def _chunked_server(chunks: list[bytes], gap_s: float) -> tuple[socket.socket, i
             if i:
                 time.sleep(gap_s)
             conn.sendall(b"%x\r\n" % len(c) + c + b"\r\n")
-        conn.sendall(b"0\r\n\r\n")
+        if not cut:
+            conn.sendall(b"0\r\n\r\n")
         conn.close()
 
     threading.Thread(target=answer, daemon=True).start()
@@ -399,3 +401,15 @@ def test_the_gevent_transport_hands_over_each_chunk_when_it_arrives():
     assert out.audio_s == pytest.approx(3.0) and out.bytes == 3 * len(pcm(1.0))
     assert out.underrun_s < 0.1 and out.continuity_ok is True, out.underrun_s
     assert out.e2e_s - out.ttfa_s >= 0.75  # the gaps were real: the audio came in over 0.8 s
+
+
+def test_the_gevent_transport_reports_a_stream_the_server_cut_as_broken():
+    """The connection closes before the end of the chunked body: a failure record, never a short 'ok' stream."""
+    srv, port = _chunked_server([pcm(1.0)] * 2, 0.1, cut=True)
+    t = GeventTransport(f"http://127.0.0.1:{port}", timeout_s=30)
+    try:
+        out = run_request(t, b"{}", "stream")
+    finally:
+        t.close()
+        srv.close()
+    assert not out.ok and out.error.startswith("stream broken after"), out
