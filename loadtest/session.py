@@ -15,7 +15,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -99,39 +99,54 @@ def wait_ready(host: str, timeout_s: float, *, clock=time.monotonic, sleep=time.
         raise ValueError(f"server {host} {e}; is it running? (--ready-timeout sets the wait)") from None
 
 
-def served_model(host: str, *, get=None) -> tuple[str, str]:
-    """(model name, why): what <host>/v1/models lists (the suite's MODEL_NAME when listed, else the first), or
-    MODEL_NAME when the endpoint does not answer with a model list. Never raises."""
+@dataclass(frozen=True)
+class ModelList:
+    """What <host>/v1/models answered, read once when a run starts: its entries, or why there are none."""
+
+    host: str
+    entries: tuple[dict, ...] = ()
+    failure: str | None = None  # the exception's name when the endpoint did not answer with a model list
+
+
+def read_models(host: str, *, get=None) -> ModelList:
+    """<host>/v1/models (a non-200 answer lists nothing). Never raises."""
     import httpx
 
     try:
         resp = (get or httpx.get)(f"{host}/v1/models", timeout=MODELS_TIMEOUT_S)
-        ids = [m["id"] for m in resp.json()["data"] if isinstance(m.get("id"), str)] if resp.status_code == 200 else []
+        if resp.status_code != 200:
+            return ModelList(host)
+        data = resp.json()["data"]
+        if not all(isinstance(m, dict) for m in data):
+            raise TypeError("a model entry is not an object")
+        return ModelList(host, tuple(data))
     except Exception as e:  # noqa: BLE001  (any failure means: no list)
-        return MODEL_NAME, f"{host}/v1/models did not answer ({type(e).__name__}); sending {MODEL_NAME}"
+        return ModelList(host, failure=type(e).__name__)
+
+
+def served_model(models: ModelList) -> tuple[str, str]:
+    """(model name, why): what the server lists (the suite's MODEL_NAME when listed, else the first), or MODEL_NAME
+    when the endpoint does not answer with a model list."""
+    where = f"{models.host}/v1/models"
+    if models.failure:
+        return MODEL_NAME, f"{where} did not answer ({models.failure}); sending {MODEL_NAME}"
+    ids = [m["id"] for m in models.entries if isinstance(m.get("id"), str)]
     if MODEL_NAME in ids:
-        return MODEL_NAME, f"{host}/v1/models serves {MODEL_NAME}"
+        return MODEL_NAME, f"{where} serves {MODEL_NAME}"
     if ids:
-        return ids[0], f"{host}/v1/models serves {', '.join(ids)}; sending {ids[0]}"
-    return MODEL_NAME, f"{host}/v1/models lists no model; sending {MODEL_NAME}"
+        return ids[0], f"{where} serves {', '.join(ids)}; sending {ids[0]}"
+    return MODEL_NAME, f"{where} lists no model; sending {MODEL_NAME}"
 
 
-def fixed_length_model(host: str, *, get=None) -> str | None:
+def fixed_length_model(models: ModelList) -> str | None:
     """Why the audio-length check is off for this server, or None (on): the real CPU server's tiny random model (its
     /v1/models root is the suite's TINY_MODEL_PREFIX folder) answers 63 codec frames whatever the text, so a length
-    band drawn from the text would fail every longer prompt. Never raises."""
-    import httpx
-
-    try:
-        resp = (get or httpx.get)(f"{host}/v1/models", timeout=MODELS_TIMEOUT_S)
-        roots = [str(m.get("root") or "") for m in resp.json()["data"]] if resp.status_code == 200 else []
-    except Exception:  # noqa: BLE001  (no list: keep the check)
-        return None
-    tiny = [r for r in roots if Path(r).name.startswith(TINY_MODEL_PREFIX)]
+    band drawn from the text would fail every longer prompt."""
+    tiny = [r for r in (str(m.get("root") or "") for m in models.entries) if Path(r).name.startswith(TINY_MODEL_PREFIX)]
     if not tiny:
         return None
-    return (f"off: {host} serves the suite's tiny random model ({Path(tiny[0]).name}), whose audio length does not "
-            "follow the text")
+    return (f"off: {models.host} serves the suite's tiny random model ({Path(tiny[0]).name}), whose audio length does "
+            "not follow the text")
 
 
 class FailFast:
@@ -250,11 +265,12 @@ class Session:
         if o.ready_timeout:
             wait_ready(host, o.ready_timeout)  # before any file is written: an unreachable server leaves nothing
         variant = self._variant(o, targets, control)  # ValueError: --variant names another variant than the server's
+        models = read_models(host)  # once: the model to send and whether answer lengths follow the text
         model = o.model
         if not model:
-            model, why = served_model(host)
+            model, why = served_model(models)
             log.info("model: %s", why)
-        audio_check = fixed_length_model(host)
+        audio_check = fixed_length_model(models)
         if audio_check:
             log.info("audio-length check %s", audio_check)
         if not getattr(o, "keep_going", False):

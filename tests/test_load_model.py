@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import locust, one_error, write_scenario
 
-from loadtest.session import FAIL_FAST_EXIT, FAIL_FAST_REQUESTS, FailFast, fixed_length_model, served_model
+from loadtest.session import FAIL_FAST_EXIT, FAIL_FAST_REQUESTS, FailFast, fixed_length_model, read_models, served_model
 from tools.sim_server import SimServer
 from tts_predictor.domain import MODEL_NAME, TINY_MODEL_PREFIX
 from ttsrecords.records import read_requests
@@ -35,16 +35,16 @@ def _get(resp):
 
 def test_served_model_prefers_the_suites_name_then_the_first_listed():
     both = _Resp(200, {"data": [{"id": "other"}, {"id": MODEL_NAME}]})
-    assert served_model("http://h:1", get=_get(both))[0] == MODEL_NAME
+    assert served_model(read_models("http://h:1", get=_get(both)))[0] == MODEL_NAME
     one = _Resp(200, {"data": [{"id": "Qwen/Qwen3-TTS-12Hz-1.7B-Base"}]})
-    name, why = served_model("http://h:1", get=_get(one))
+    name, why = served_model(read_models("http://h:1", get=_get(one)))
     assert name == "Qwen/Qwen3-TTS-12Hz-1.7B-Base" and "1.7B" in why
 
 
 @pytest.mark.parametrize("resp", [_Resp(404, {"detail": "no"}), _Resp(200, {"data": []}), _Resp(200, None, ValueError()),
                                   ConnectionError("refused")])
 def test_served_model_falls_back_to_the_suites_name(resp):
-    assert served_model("http://h:1", get=_get(resp))[0] == MODEL_NAME
+    assert served_model(read_models("http://h:1", get=_get(resp)))[0] == MODEL_NAME
 
 
 def test_fail_fast_needs_the_first_n_alike_4xx():
@@ -107,7 +107,7 @@ def test_locust_stops_within_seconds_when_the_first_requests_all_get_the_same_4x
     (ConnectionError("refused"), False),
 ])
 def test_the_audio_length_check_is_off_only_for_the_tiny_random_model(resp, off):
-    why = fixed_length_model("http://h:1", get=_get(resp))
+    why = fixed_length_model(read_models("http://h:1", get=_get(resp)))
     assert (why is not None) is off
     if off:
         assert why.startswith("off: ") and f"{TINY_MODEL_PREFIX}-seed0" in why
