@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,61 +85,88 @@ def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout
         raise FileNotFoundError("chromium not found (scripts/system-deps.sh installs it)")
     url = str(page) if str(page).startswith("http://127.0.0.1:") else Path(page).resolve().as_uri()
     origin = url[:url.index("/", len("http://"))] if url.startswith("http") else "file:"
-    with tempfile.TemporaryDirectory(prefix="ttsreport-chromium-") as profile:
-        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    profile = tempfile.mkdtemp(prefix="ttsreport-chromium-")
+    # Its own session, so that the whole process tree (zygote, renderers, crashpad) is stopped together: a helper
+    # left alive goes on writing into the profile while it is being removed (a CI failure: "Directory not empty").
+    proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        end = time.monotonic() + timeout
+        while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
+            if time.monotonic() > end or proc.poll() is not None:
+                raise RuntimeError("chromium did not open its DevTools port")
+            time.sleep(0.05)
+        port, path = port_file.read_text().splitlines()[:2]
+        cdp = _CDP(f"ws://127.0.0.1:{port}{path}", timeout)
+        target = cdp.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        sid = cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            cdp.call(f"{domain}.enable", session=sid)
+        cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
+                                                        "mobile": False}, session=sid)
+        cdp.call("Page.navigate", {"url": url}, session=sid)
+        cdp.wait_event("Page.loadEventFired", timeout)
+        facts = json.loads(cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True},
+                                    session=sid)["result"]["value"])
+        facts["evaluated"] = [cdp.call("Runtime.evaluate", {"expression": e, "returnByValue": True,
+                                                            "awaitPromise": True}, session=sid,
+                                       timeout=timeout)["result"].get("value") for e in evaluate]
+        cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": int(facts["height"]),
+                                                        "deviceScaleFactor": 1, "mobile": False}, session=sid)
+        shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=sid)
+        Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+        problems = []
+        for e in cdp.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "warning", "assert"):
+                problems.append(f"console.{p['type']}: " + " ".join(str(a.get("value", a.get("description")))
+                                                                   for a in p.get("args", [])))
+            elif m == "Runtime.exceptionThrown":
+                problems.append("exception: " + p["exceptionDetails"].get("text", "") + " " +
+                                str(p["exceptionDetails"].get("exception", {}).get("description", "")))
+            elif m == "Log.entryAdded" and p["entry"].get("level") in ("error", "warning"):
+                problems.append(f"log {p['entry']['level']}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+            elif m == "Network.loadingFailed":
+                problems.append(f"load failed: {p.get('errorText')}")
+            elif m == "Network.requestWillBeSent":
+                req_url = p["request"]["url"]
+                if not req_url.startswith(("file:", "data:", "about:", origin + "/")):
+                    problems.append(f"network request to {req_url} (the report must be offline)")
+        cdp.ws.close()
+        return {"problems": problems, **facts}
+    finally:
+        _stop(proc)
+        _remove_profile(Path(profile))
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop Chromium and every process it started (they share the session `proc` leads)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
-            port_file = Path(profile) / "DevToolsActivePort"
-            end = time.monotonic() + timeout
-            while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
-                if time.monotonic() > end or proc.poll() is not None:
-                    raise RuntimeError("chromium did not open its DevTools port")
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; wait a moment for the rest of its group
+            end = time.monotonic() + wait
+            while time.monotonic() < end:
+                os.killpg(proc.pid, 0)
                 time.sleep(0.05)
-            port, path = port_file.read_text().splitlines()[:2]
-            cdp = _CDP(f"ws://127.0.0.1:{port}{path}", timeout)
-            target = cdp.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            sid = cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-            for domain in ("Page", "Runtime", "Log", "Network"):
-                cdp.call(f"{domain}.enable", session=sid)
-            cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
-                                                            "mobile": False}, session=sid)
-            cdp.call("Page.navigate", {"url": url}, session=sid)
-            cdp.wait_event("Page.loadEventFired", timeout)
-            facts = json.loads(cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True},
-                                        session=sid)["result"]["value"])
-            facts["evaluated"] = [cdp.call("Runtime.evaluate", {"expression": e, "returnByValue": True,
-                                                                "awaitPromise": True}, session=sid,
-                                           timeout=timeout)["result"].get("value") for e in evaluate]
-            cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": int(facts["height"]),
-                                                            "deviceScaleFactor": 1, "mobile": False}, session=sid)
-            shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=sid)
-            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
-            problems = []
-            for e in cdp.events:
-                m, p = e.get("method"), e.get("params", {})
-                if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "warning", "assert"):
-                    problems.append(f"console.{p['type']}: " + " ".join(str(a.get("value", a.get("description")))
-                                                                       for a in p.get("args", [])))
-                elif m == "Runtime.exceptionThrown":
-                    problems.append("exception: " + p["exceptionDetails"].get("text", "") + " " +
-                                    str(p["exceptionDetails"].get("exception", {}).get("description", "")))
-                elif m == "Log.entryAdded" and p["entry"].get("level") in ("error", "warning"):
-                    problems.append(f"log {p['entry']['level']}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
-                elif m == "Network.loadingFailed":
-                    problems.append(f"load failed: {p.get('errorText')}")
-                elif m == "Network.requestWillBeSent":
-                    req_url = p["request"]["url"]
-                    if not req_url.startswith(("file:", "data:", "about:", origin + "/")):
-                        problems.append(f"network request to {req_url} (the report must be offline)")
-            cdp.ws.close()
-            return {"problems": problems, **facts}
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        except ProcessLookupError:
+            return
+
+
+def _remove_profile(profile: Path, tries: int = 20) -> None:
+    """Remove the throwaway profile; a late writer can still race the removal, so retry briefly, then leave it."""
+    for _ in range(tries):
+        shutil.rmtree(profile, ignore_errors=True)
+        if not profile.exists():
+            return
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
