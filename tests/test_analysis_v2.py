@@ -384,8 +384,8 @@ def test_plan_from_a_nested_pilot(tmp_path, capsys):
     assert plan["halfwidth_pct"] <= 1.0 and f"S={plan['starts']}" in out and plan["formula"] in out
     ch = plan["chance_of_target"]  # the plan says how likely it is to reach its target, and from how little it knows
     assert 0.0 < ch["known_variances"] < 1.0 and 0.0 < ch["with_pilot_uncertainty"] < 1.0
-    assert ch["pilot_df"] == {"start": 2, "pair": 3} and set(ch["per_level"]) == set(plan["levels"])
-    assert f"chance of reaching it {100 * ch['known_variances']:.0f} %" in out and "from 2 df" in out
+    assert {k: ch["pilot_df"][k] for k in ("start", "pair")} == {"start": 2, "pair": 3} and set(ch["per_level"]) == set(plan["levels"])
+    assert f"chance of reaching it {100 * ch['known_variances']:.0f} %" in out and f"has {ch['pilot_df']['unit']} df" in out
     s2s, s2p = plan["components"]["sigma2_start"], plan["components"]["sigma2_pair"]
     s2w = plan["components"]["sigma2_within"]
     S, W = plan["starts"], plan["windows_per_start"]
@@ -487,6 +487,65 @@ def test_an_arm_that_failed_in_one_round_is_the_headline_not_a_speed_claim(tmp_p
     assert f"c=8: round 0: B failed {n8} of {n8} measure-phase requests at c=8" in md  # the skipped unit, reported
     page = (run / "index.html").read_text()
     assert "ARM FAILED at c=8" in page and "k-failed" in page
+
+
+def test_an_arm_that_times_out_its_slowest_requests_gets_no_latency_claim_they_could_make(tmp_path):
+    """Known answer: reports/example with arm B failing (timing out) the slowest 40 % of its c=8 measure-phase requests
+    in every round. Below the 50 % of an arm failure, but latency over B's survivors would favour B: no latency
+    metric says "B faster" at c=8 (withheld, with the failure shares as the reason and no interval), a FAILURE SHARES
+    DIFFER banner names both shares, and c=64 (no failures) keeps its verdicts."""
+    run = tmp_path / "example"
+    shutil.copytree(ROOT / "reports" / "example", run)
+    before = json.loads((run / "comparison.json").read_text())
+    failed = total = 0
+    for blk in sorted((run / "blocks").glob("*-ab-B")):
+        rows = [json.loads(x) for x in (blk / "requests.jsonl").read_text().splitlines()]
+        measured = sorted((r for r in rows if r["concurrency"] == 8 and r["phase"] == "measure"), key=lambda r: r["e2e_s"])
+        for r in measured[len(measured) - int(0.4 * len(measured)):]:
+            r.update(ok=False, error="timeout", status=None, ttfa_s=None, audio_s=None, rtf=None, bytes=0)
+            failed += 1
+        total += len(measured)
+        (blk / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli.main([str(run)]) == 0
+    comp = json.loads((run / "comparison.json").read_text())
+    latency = [m for m in ("e2e_p50", "e2e_p90", "ttfa_p50", "rtf_p50") if m in comp["per_level"]["8"]["metrics"]]
+    assert latency and 0.3 < failed / total < 0.5
+    for m in latency:
+        res = comp["per_level"]["8"]["metrics"][m]
+        gap = res["failure_gap"]
+        assert gap["b_share"] > 0.3 and gap["a_share"] == 0 and gap["allowed"] == "slower", m
+        assert res["kind"] in ("inconclusive", "slower") and not res["equivalent"], (m, res["kind"])
+        if gap["withheld"]:
+            assert res["ci_decision"] is None and res["text"].startswith("no "), m
+    assert any(comp["per_level"]["8"]["metrics"][m]["failure_gap"]["withheld"] for m in latency)
+    for m in latency:  # c=64 had no failure: the same verdict as before
+        assert comp["per_level"]["64"]["metrics"][m]["kind"] == before["per_level"]["64"]["metrics"][m]["kind"]
+        assert not (comp["per_level"]["64"]["metrics"][m].get("failure_gap") or {}).get("allowed")
+    page = (run / "index.html").read_text()
+    assert "FAILURE SHARES DIFFER at c=8" in page and "FAILURE SHARES DIFFER at c=64" not in page
+
+
+def test_a_failure_gap_withholds_only_the_claim_the_failures_could_have_made():
+    """withhold_for_failure_gap and decide_levels: B failing more withholds "faster" and "equivalent", keeps
+    "slower"; a gap within the limit changes nothing; Holm never claims a withheld direction."""
+    a = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98]
+    kw = {"higher_is_better": False, "margin_pct": 5.0, "confidence": 0.95, "label": "p50 latency"}
+    jitter = [1.004, 0.997, 1.002, 0.995, 1.003, 0.999]  # some spread between rounds (none reads "no spread")
+    faster = inf.compare_rounds(a, [x * 0.9 * j for x, j in zip(a, jitter)], **kw)
+    slower = inf.compare_rounds(a, [x * 1.1 * j for x, j in zip(a, jitter)], **kw)
+    equal = inf.compare_rounds(a, [x * j for x, j in zip(a, jitter)], **kw)
+    assert (faster["kind"], slower["kind"], equal["kind"]) == ("faster", "slower", "equivalent")
+    w = inf.withhold_for_failure_gap(faster, 0.0, 0.3, 2.0)
+    assert w["kind"] == "inconclusive" and w["failure_gap"]["withheld"] and w["ci_decision"] is None
+    assert "withheld" in w["ci_decision_what"] and faster["kind"] == "faster"  # a copy: the input is unchanged
+    assert inf.withhold_for_failure_gap(slower, 0.0, 0.3, 2.0)["kind"] == "slower"
+    e = inf.withhold_for_failure_gap(equal, 0.0, 0.3, 2.0)
+    assert e["kind"] == "inconclusive" and not e["equivalent"]
+    assert inf.withhold_for_failure_gap(slower, 0.3, 0.0, 2.0)["kind"] == "inconclusive"  # A failed more: mirror
+    assert inf.withhold_for_failure_gap(faster, 0.0, 0.015, 2.0)["kind"] == "faster"  # 1.5 points: within the limit
+    dec = inf.decide_levels({"8": w, "64": inf.withhold_for_failure_gap(slower, 0.0, 0.3, 2.0)})
+    assert dec["levels"]["8"]["kind"] == "inconclusive" and dec["levels"]["8"]["ci_decision"] is None
+    assert dec["levels"]["64"]["kind"] == "slower"
 
 
 def test_a_zero_spread_run_says_check_the_set_up(tmp_path):

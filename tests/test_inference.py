@@ -737,13 +737,38 @@ def test_plan_chance_is_the_chance_that_the_planned_run_reaches_its_target():
     pilot = inf.variance_components(d, [0, 0, 1, 1, 2, 2, 3, 3])
     q = inf.plan_nested(pilot, 100.0, 50.0, 1.0)
     got = inf.plan_chance(pilot, q["starts"], q["windows_per_start"], 1.0)
-    assert got["pilot_df"] == {"start": 3, "pair": 4} and 0.0 < got["with_pilot_uncertainty"] < 1.0
-    # a 2 x 2 pilot: the truth given the pilot is mostly more variable than its 1-df estimate, so the chance falls
-    # (redrawing the estimate around itself went the other way: 68 % -> 74 % where planned runs reached 50 %)
+    assert {k: got["pilot_df"][k] for k in ("start", "pair")} == {"start": 3, "pair": 4}
+    assert 0.0 < got["with_pilot_uncertainty"] < 1.0 and 1.0 <= got["pilot_df"]["unit"] <= 7.0
+    # a 2 x 2 pilot: its 1-df estimate of the start variance widens the predictive law, so the chance falls
     small = inf.variance_components(np.array([0.01, 0.012, -0.004, -0.001]), [0, 0, 1, 1])
     r = inf.plan_nested(small, 200.0, 50.0, 1.0)
     two = inf.plan_chance(small, r["starts"], r["windows_per_start"], 1.0)
     assert two["pilot_df"]["start"] == 1 and two["with_pilot_uncertainty"] < two["known_variances"]
+
+
+def test_plan_chance_given_the_pilot_predicts_the_rate_planned_runs_reach():
+    """Known answer: 2 x 2 pilots drawn from a known truth (sd 1 % between starts, 0.5 % between pairs), each planned
+    for ±1 % and its planned run drawn from the same truth. The chance given the pilot, averaged over the pilots,
+    is within 5 points of the share of planned runs that reach the target; the pilot-variances chance is not
+    (it takes a 1-df estimate as the truth)."""
+    rng = np.random.default_rng(46)
+    h = math.log(1.01)
+    predicted, known, reached = [], [], []
+    while len(reached) < 600:
+        d = rng.normal(0, 0.01, 2)[[0, 0, 1, 1]] + rng.normal(0, 0.005, 4)
+        comp = inf.variance_components(d, [0, 0, 1, 1])
+        p = inf.plan_nested(comp, 200.0, 50.0, 1.0)
+        if not p["feasible"]:
+            continue
+        S, W = p["starts"], p["windows_per_start"]
+        ch = inf.plan_chance(comp, S, W, 1.0)
+        units = rng.normal(0, 0.01, S) + rng.normal(0, 0.005, (S, W)).mean(axis=1)
+        reached.append(sps.t.ppf(0.975, S - 1) * units.std(ddof=1) / math.sqrt(S) <= h)
+        predicted.append(ch["with_pilot_uncertainty"])
+        known.append(ch["known_variances"])
+    rate = float(np.mean(reached))
+    assert abs(float(np.mean(predicted)) - rate) <= 0.05, (np.mean(predicted), rate)
+    assert float(np.mean(known)) - rate > 0.1  # the pilot's variances taken as true overstate it
     with pytest.raises(ValueError, match="S >= 2"):
         inf.plan_chance(comp, 1, 1, 1.0)
 

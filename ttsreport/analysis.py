@@ -156,6 +156,14 @@ def compare_metric(pairs: dict, level: str, metric: str, *, unit: str, margin_pc
             res["notes"].append(f"{res['n_skipped'] - nm} round(s) skipped: a value was missing (None/NaN) in A or B")
     res["notes"] = res["notes"] + v["notes"]
     res["not_measured"] = v["not_measured"]
+    if m.over_ok:  # survivors only: a gap in failure shares withholds the claim the failures could have made
+        f = rd.failures(pairs, level)
+        used = {r for r, a, b in zip(v["round"], v["a"], v["b"], strict=True) if a is not None and b is not None}
+        tot = {x: [sum(c for r, c in zip(f["round"], f[f"{x}_{k}"], strict=True) if r in used) for k in ("failed", "total")]
+               for x in ("a", "b")}
+        if tot["a"][1] and tot["b"][1]:
+            res = inf.withhold_for_failure_gap(res, tot["a"][0] / tot["a"][1], tot["b"][0] / tot["b"][1],
+                                               rd.FAILURE_GAP_PP)
     res["rounds"] = [{"round": r, "start": s, "order": o, "a": a, "b": b,
                       "ratio": None if a is None or b is None else b / a}
                      for r, s, o, a, b in zip(v["round"], v["start"], v["order"], v["a"], v["b"], strict=True)]
@@ -216,8 +224,12 @@ def headline_sequential(pairs: dict, levels: list[str], metric: str, unit: str, 
     for lv, row in out["levels"].items():  # the look gives each word the interval that decided it (ci_decision)
         fixed = (fixed_results or {}).get(lv) or {}
         row["failed"] = fixed.get("failed")
+        gap = fixed.get("failure_gap") or {}
         if fixed.get("kind") == "no_spread":
             row.update(kind="no_spread", text=fixed["text"], ci_decision=None, ci_decision_what=None)
+        elif gap.get("allowed") and row["kind"] in inf.CLAIMS and row["kind"] != gap["allowed"]:
+            row.update(kind="inconclusive", text=fixed["text"], ci_decision=None,
+                       ci_decision_what=f"withheld: failure shares differ by {gap['gap_pp']:+.1f} pp")
         elif (fixed.get("failed") or {}).get("rounds"):
             first = first_failed_unit(pairs, lv, metric, unit)
             before = (inf.sequential_look(d, look=first, **kw)["levels"][lv]

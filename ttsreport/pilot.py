@@ -121,8 +121,8 @@ def plan(run_dir: str | Path, *, target_halfwidth_pct: float = 1.0, confidence: 
                 "per_level": chance, "pilot_df": p["chance"]["pilot_df"],
                 "meaning": "the chance that the planned run's own interval reaches the target half-width at every "
                            "level (the lowest over the levels): with the pilot's variances taken as true, and "
-                           "averaged over the truth given the pilot (its expected mean squares drawn from "
-                           "ms * df / chi2_df); the second is the one to plan with"},
+                           "the predictive chance given the pilot (the pivot s2_run / s2_pilot ~ F(S-1, nu), nu by "
+                           "Satterthwaite); the second is the one to plan with"},
             "rule": "the cheapest (S starts, W window pairs per start) whose t interval on ln(B/A) reaches the target "
                     "at every level (inference.plan_nested); the level needing the most decides"}
 
@@ -139,8 +139,8 @@ def one_line(obj: dict) -> str:
     if ch.get("known_variances") is not None:
         odds = f"; chance of reaching it {100 * ch['known_variances']:.0f} % at the pilot's variances"
         if ch.get("with_pilot_uncertainty") is not None:
-            odds += (f", {100 * ch['with_pilot_uncertainty']:.0f} % given the pilot's own uncertainty (start "
-                     f"variance from {ch['pilot_df']['start']} df)")
+            odds += (f", {100 * ch['with_pilot_uncertainty']:.0f} % given the pilot's own uncertainty (its "
+                     f"estimate of the planned unit's variance has {ch['pilot_df'].get('unit', '?')} df)")
     return (f"plan: S={obj['starts']} starts x W={obj['windows_per_start']} window pairs per start, about "
             f"{obj['cost_s'] / 60:.1f} min, half-width {obj['halfwidth_pct']:.2f} % at c={obj['deciding_level']} "
             f"(target {obj['target_halfwidth_pct']:g} %){odds}; {obj['formula']}")

@@ -16,6 +16,7 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ttsrecords.measures import METRICS
 from ttsrecords.results import Comparison, Summary, read_results
 from ttssim import heldout
 
@@ -139,6 +140,18 @@ def banners(summary: Summary, comparison: Comparison) -> list[tuple[str, str]]:
                                 + "; ".join(f"round {x['round']}: {x['reason']}" for x in gone)
                                 + ". Invalid there, not a failure and not a zero: left out of every metric at "
                                   f"c={lv}; rerun under the design's rule (longer measure windows)."))
+        gaps = {m: r["failure_gap"] for m, r in comparison.per_level[lv]["metrics"].items()
+                if (r.get("failure_gap") or {}).get("allowed")}
+        if gaps:
+            g = next(iter(gaps.values()))
+            favoured = "B" if g["gap_pp"] > 0 else "A"
+            withheld = [METRICS[m].label for m, x in gaps.items() if x.get("withheld")]
+            out.append(("invalid", f"FAILURE SHARES DIFFER at c={lv} — A failed {100 * g['a_share']:.1f} %, B "
+                                   f"{100 * g['b_share']:.1f} % of measure-phase requests (more than "
+                                   f"{g['limit_pp']:g} points apart). Metrics over the requests that worked favour "
+                                   f"{favoured} there; only the claim the failures can strengthen stands"
+                                   + (f" (withheld: {', '.join(withheld)})" if withheld else "")
+                                   + ". Fix the failures and rerun."))
     for side, delay_us in (comparison.positive_control or {}).items():
         out.append(("warn", f"POSITIVE CONTROL — arm {side} carried a fixed extra {delay_us:g} us of host time per "
                             "build_attn_metadata call (the plugin's control file, counted in "

@@ -15,6 +15,9 @@ DESIGN_UNITS = {"fresh": "round", "swap": "round", "nested": "start"}
 # What a claim covers: a swap run's windows all share one server start, so its verdict holds for that start only
 DESIGN_SCOPE = {"fresh": None, "swap": "in this server start", "nested": None}
 FAILED_SHARE = 0.5  # an arm whose window failed at least this share of its measure-phase requests at a level failed
+# a metric over ok requests only (Metric.over_ok) makes no claim the failures could have made when the arms' failure
+# shares at a level differ by more than this many percentage points (pooled over the rounds): "a few points"
+FAILURE_GAP_PP = 2.0
 
 
 def design_of(manifest: dict) -> str:

@@ -28,6 +28,7 @@ from .core import (
                    mark_secondary,
                    rounds_needed,
                    verdict_word,
+                   withhold_for_failure_gap,
 )
 from .rates import compare_error_rates, newcombe, target_met, wilson
 from .sequential import _t_crit, sequential_boundary, sequential_claim_interval, sequential_look
@@ -38,5 +39,5 @@ __all__ = [
     "_mean_se", "_t_crit", "aa_check", "claim_allowed", "compare_error_rates", "compare_rounds", "decide_levels", "failure_words",
     "holm", "log_ratios", "mark_secondary", "newcombe", "order_effect", "plan_chance", "plan_nested",
     "rounds_needed", "sequential_boundary", "sequential_claim_interval", "sequential_look", "target_met",
-    "variance_components", "verdict_word", "wilson",
+    "variance_components", "verdict_word", "wilson", "withhold_for_failure_gap",
 ]

@@ -406,6 +406,41 @@ def _fail(out: dict, label: str) -> None:
     out["text"] = f"failed: {failure_words(out['failed'])}: no speed claim from the remaining rounds{shown}"
 
 
+def withhold_for_failure_gap(res: dict, share_a: float, share_b: float, limit_pp: float) -> dict:
+    """A compare_rounds result for a metric over ok requests only, when the arms' failure shares differ by more than
+    `limit_pp` points: a copy whose claim is withheld unless the failures could only weaken it.
+
+    Latency over the requests that worked favours the arm that failed more (a timeout removes its slowest requests):
+    B failing more can only make B look faster, so "B slower" stands and "B faster" or "equivalent" does not (A
+    failing more: the mirror). A withheld claim is "inconclusive" with the failure shares as the reason and no
+    interval (none decided it: the shares did). `failure_gap` records the shares and the one claim allowed."""
+    gap = 100.0 * (share_b - share_a)
+    out = dict(res)
+    out["failure_gap"] = {"a_share": share_a, "b_share": share_b, "gap_pp": gap, "limit_pp": limit_pp,
+                          "withheld": False, "allowed": None}
+    if abs(gap) <= limit_pp or res["kind"] in ("failed", "no_spread"):
+        return out
+    allowed = "slower" if gap > 0 else "faster"
+    out["failure_gap"]["allowed"] = allowed
+    out["equivalent"] = False
+    if res["kind"] == "inconclusive" or res["kind"] == allowed:
+        if res["kind"] == allowed:
+            out["text"] = (f"{res['text']}; the failure shares (A {100 * share_a:.1f} %, B {100 * share_b:.1f} %) "
+                           f"can only strengthen '{allowed}'")
+        return out
+    out["failure_gap"]["withheld"] = True
+    out.update(kind="inconclusive", word=verdict_word("inconclusive", res.get("scope")), rounds_needed=None,
+               rounds_needed_assumption="the arms fail at different rates: fix the failures; more rounds do not "
+                                        "repair a comparison of survivors",
+               ci_decision=None, ci_decision_what=f"withheld: failure shares differ by {gap:+.1f} pp")
+    favoured = "B" if gap > 0 else "A"
+    out["text"] = (f"no {res['label']} claim: failure shares differ (A {100 * share_a:.1f} %, B {100 * share_b:.1f} % "
+                   f"of measure-phase requests, more than {limit_pp:g} points apart); over the requests that worked "
+                   f"the metric favours {favoured}, which failed more (B ×{res['ratio']:.3f} read, {res['kind']} "
+                   "withheld)")
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- levels
 
 
@@ -432,10 +467,7 @@ def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | N
         by["failed" if lvl in failed_at else k].append(str(lvl))
     total = len(kinds)
     w = {k: verdict_word(k, scope) for k in KINDS}
-    # equivalence is tested per level at alpha: "equivalent at every level" is an intersection-union test (its rate is
-    # alpha), but "equivalent at some levels" is not corrected over them, and the sentence says so
-    parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)}"
-             + ("; per level, uncorrected" if k == "equivalent" and total > 1 else "") + ")" for k, v in by.items()
+    parts = [f"{w[k]} at {len(v)} of {total} level{'s' if total != 1 else ''} ({', '.join(v)})" for k, v in by.items()
              if v and k not in ("failed", "no_spread")]
     flat = f"no spread at c={', '.join(by['no_spread'])}: check the set-up" if by["no_spread"] else ""
     if failed_at:
@@ -462,17 +494,19 @@ def _headline(kinds: Mapping, *, scope: str | None = None, failures: Mapping | N
 
 
 def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scope: str | None = None) -> dict:
-    """The headline of the primary metric over concurrency levels: Holm on the difference tests, TOST per level.
+    """The headline of the primary metric over concurrency levels: Holm on the difference tests and on the TOSTs.
 
     A difference ("faster"/"slower") is claimed at a level when its Holm-adjusted p-value is <= alpha: the chance of
-    any false difference claim over the levels stays <= alpha whatever their dependence. Equivalence is tested per
-    level at alpha without correction: "equivalent at every level" is an intersection-union test (Berger 1982),
-    whose size is alpha because it needs every level's test to reject. `ci_simultaneous` is the Bonferroni
+    any false difference claim over the levels stays <= alpha whatever their dependence. Equivalence likewise: Holm
+    on the levels' TOST p-values (a level is "equivalent", or a claim "within the margin", when its adjusted TOST
+    p-value is < alpha), so the chance that any card says "equivalent" where the truth lies on or beyond the margin
+    stays <= alpha (per level it was 19 % over 4 levels on the margin). `ci_simultaneous` is the Bonferroni
     interval at 1 - alpha/L for display beside Holm. `results_by_level` maps a level to compare_rounds' result.
 
     `ci_decision` is the interval that decided the word (`ci_decision_what` names it): for a difference claim the
     interval at the level Holm tested it at, 1 - alpha/(L - k) at step k (it excludes 1 exactly when that step
-    rejects); for "equivalent" the (1 - 2 alpha) TOST interval inside the margin; for "inconclusive" the Bonferroni
+    rejects); for "equivalent" the TOST interval at its Holm step, 1 - 2 alpha/(L - k), inside the margin exactly
+    when that step rejects; for "inconclusive" the Bonferroni
     interval at 1 - alpha/L, which contains 1 whenever Holm does not claim. A "failed" or "no_spread" level is never a
     claim (a failed level's p-value still counts in Holm's L: leaving it out would loosen the others).
     """
@@ -491,12 +525,18 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scop
     n_tested = sum(p is not None for p in adjusted)
     step = {levels[i]: k for k, i in enumerate(sorted((i for i, p in enumerate(raw) if p is not None),
                                                       key=lambda i: raw[i]))}  # holm()'s order
+    raw_tost = [results_by_level[lv]["p_tost"] for lv in levels]
+    adjusted_tost = holm(raw_tost)
+    n_tost = sum(p is not None for p in raw_tost)
+    step_tost = {levels[i]: k for k, i in enumerate(sorted((i for i, p in enumerate(raw_tost) if p is not None),
+                                                           key=lambda i: raw_tost[i]))}
     per_level, kinds = {}, {}
-    for lv, p_holm in zip(levels, adjusted, strict=True):
+    for lv, p_holm, p_tost_holm in zip(levels, adjusted, adjusted_tost, strict=True):
         r = results_by_level[lv]
         row = {k: r.get(k) for k in ("ratio", "ci", "ci_tost", "p_value", "p_tost", "n", "unit", "equivalent", "gain",
                                      "mean_log", "sd_log", "se", "df", "margin_pct", "failed")}
-        row["p_holm"] = p_holm
+        row["p_holm"], row["p_tost_holm"] = p_holm, p_tost_holm
+        row["equivalent"] = bool(r.get("equivalent")) and p_tost_holm is not None and p_tost_holm < alpha
         row["ci_simultaneous"] = row["ci_decision"] = row["ci_decision_what"] = None
         if r["se"] is not None and n_tested:
             lo, hi = _interval(r["mean_log"], r["se"], r["df"], 1.0 - alpha / n_tested)
@@ -504,21 +544,26 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scop
         holm_kind = None
         if p_holm is not None and p_holm <= alpha and r["mean_log"] != 0:
             holm_kind = "faster" if (r["mean_log"] > 0) == r["higher_is_better"] else "slower"
+        gap = r.get("failure_gap") or {}
+        if gap.get("allowed"):  # a metric over ok requests: no claim and no equivalence the failures could have made
+            row["equivalent"] = False
         if (r.get("failed") or {}).get("rounds") and r["kind"] != "no_spread" and (
                 holm_kind is None or holm_kind != r.get("claim_allowed")):
             kind = "failed"  # a failed level claims only what its failures can strengthen
         elif r["kind"] in ("failed", "no_spread"):
             kind = r["kind"]
+        elif gap.get("allowed") and holm_kind != gap["allowed"]:
+            kind = "inconclusive"
+            row["ci_decision"], row["ci_decision_what"] = None, f"withheld: failure shares differ by {gap['gap_pp']:+.1f} pp"
         elif holm_kind is not None:
             kind = holm_kind
             level_k = 1.0 - alpha / (n_tested - step[lv])
             lo, hi = _interval(r["mean_log"], r["se"], r["df"], level_k)
             row["ci_decision"] = [math.exp(lo), math.exp(hi)]
             row["ci_decision_what"] = f"Holm step {step[lv] + 1} of {n_tested}: {100 * level_k:.4g} % interval"
-        elif r["p_tost"] is not None and r["p_tost"] < alpha:
+        elif row["equivalent"]:
             kind = "equivalent"
-            row["ci_decision"] = r["ci_tost"]
-            row["ci_decision_what"] = f"{100 * (1 - 2 * alpha):.4g} % TOST interval, inside ±{r['margin_pct']:g} %"
+            row["ci_decision"], row["ci_decision_what"] = _tost_step_interval(r, alpha, step_tost[lv], n_tost)
         else:
             kind = "inconclusive"
             row["ci_decision"] = row["ci_simultaneous"]
@@ -535,13 +580,41 @@ def decide_levels(results_by_level: Mapping, alpha: float | None = None, *, scop
             row["rounds_needed_assumption"] = f"{why}; claim at alpha/{n_tested} = {alpha / n_tested:.3g} (Holm)"
         elif kind in ("inconclusive", "failed", "no_spread"):
             row["rounds_needed"], row["rounds_needed_assumption"] = r["rounds_needed"], r["rounds_needed_assumption"]
-        row["text"] = r["text"] if kind == r["kind"] else f"{row['word']} after Holm: {r['text']}"
+        row["text"] = _level_text(r, row, kind, n_tost)
         per_level[lv] = row
     kind, text = _headline(kinds, scope=scope, failures={lv: r.get("failed") for lv, r in results_by_level.items()})
     return {"kind": kind, "word": verdict_word(kind, scope) if kind in KINDS else kind, "text": text,
             "decided": all(k in CLAIMS for k in kinds.values()), "scope": scope, "alpha": alpha, "levels": per_level,
-            "correction": f"Holm over {n_tested} level(s) for difference claims; equivalence per level at alpha "
-                          f"(intersection-union for 'equivalent at every level')"}
+            "correction": f"Holm over {n_tested} level(s) for difference claims; Holm over {n_tost} level(s) on the "
+                          f"TOST p-values for equivalence"}
+
+
+def _tost_step_interval(r: Mapping, alpha: float, step: int, n_tost: int) -> tuple[list[float], str]:
+    """The TOST interval Holm tested a level's equivalence at: 1 - 2 alpha / (L - k) at step k (with one level, the
+    ordinary 1 - 2 alpha interval); it lies inside the margin exactly when that step rejects."""
+    a_k = alpha / (n_tost - step)
+    lo, hi = _interval(r["mean_log"], r["se"], r["df"], 1.0 - 2.0 * a_k)
+    where = f"Holm step {step + 1} of {n_tost}: " if n_tost > 1 else ""
+    return [math.exp(lo), math.exp(hi)], f"{where}{100 * (1 - 2 * a_k):.4g} % TOST interval, inside ±{r['margin_pct']:g} %"
+
+
+def _level_text(r: Mapping, row: Mapping, kind: str, n_tost: int) -> str:
+    """A level's sentence after the corrections: compare_rounds' own when nothing changed, else the corrected word
+    with the interval that decided it."""
+    margin_note = f"; the difference lies within the ±{r['margin_pct']:g} % margin"
+    text = r["text"]
+    if r.get("equivalent") and not row["equivalent"]:
+        text = text.replace(margin_note, "")  # Holm over the TOSTs did not keep "within the margin"
+    if kind == r["kind"] and (kind != "equivalent" or n_tost == 1):
+        return text
+    ci, what = row["ci_decision"], row["ci_decision_what"]
+    shown = f" [{ci[0]:.3f}, {ci[1]:.3f}] ({what})" if ci else ""
+    if kind == "equivalent":
+        return f"{row['word']} within ±{r['margin_pct']:g} %: B ×{r['ratio']:.3f}{shown}"
+    if r["kind"] == "equivalent":
+        return (f"{row['word']} after Holm over {n_tost} levels: B ×{r['ratio']:.3f}{shown}; equivalent at this level "
+                f"alone (TOST p {r['p_tost']:.3g}, Holm-adjusted {row['p_tost_holm']:.3g})")
+    return f"{row['word']} after Holm: {text}"
 
 
 def mark_secondary(result: dict) -> dict:

@@ -213,8 +213,8 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
     first `look` rounds are used (default: all). Looks are taken after every round from min_rounds on, and the rule
     holds whatever happens in between. Per level: a sequential t test whose boundary has the O'Brien-Fleming shape,
     calibrated on the exact (pivotal) null distribution of the t path; Holm over levels on its sequential p-values
-    decides differences; the repeated interval at one-sided alpha per side (intersected over looks) decides
-    equivalence. Every claim, once made, stays. stop: every level decided, max_rounds reached, or `final` (the
+    decides differences; the repeated interval at one-sided alpha / L per side (intersected over looks; Bonferroni
+    over the L levels) decides equivalence. Every claim, once made, stays. stop: every level decided, max_rounds reached, or `final` (the
     plan has no unit left, e.g. units were lost to failed windows): the last look decides, it never says continue.
     min_rounds / max_rounds count the units of `d_values_by_level` (rounds, or server starts in a nested design).
     """
@@ -250,7 +250,7 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
     share = first_look_share(min_rounds, max_rounds)
     # simultaneous (Bonferroni over levels) repeated intervals for display: alpha / n_levels per level
     c_diff = _mc_quantile(two, alpha / n_levels * (1.0 - share)) if share < 1.0 else math.inf
-    c_eq = _mc_quantile(one, alpha)
+    c_eq = _mc_quantile(one, alpha / n_levels)  # Bonferroni over the levels: any false 'equivalent' <= alpha
     stats = {lv: _sequential_level(values[lv], min_rounds=min_rounds, max_rounds=max_rounds,
                                    alpha_diff=alpha / n_levels, c_eq=c_eq, two=two, delta=delta) for lv in levels}
     adjusted = holm([stats[lv]["p_sequential"] for lv in levels])
@@ -285,7 +285,8 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
                          "no claim")
         elif row["equivalent"]:
             kind, ci = "equivalent", row["ci_equivalence"]
-            what = f"repeated interval for equivalence, one-sided alpha per side, inside ±{margin:g} %"
+            what = (f"repeated interval for equivalence, one-sided alpha{f'/{n_levels}' if n_levels > 1 else ''} per "
+                    f"side, inside ±{margin:g} %")
         else:
             kind, ci = "inconclusive", row["ci"]
             what = f"Bonferroni over {len(tested)} level(s): repeated interval, contains 1" if ci else None
@@ -316,7 +317,7 @@ def sequential_look(d_values_by_level: Mapping, *, look: int | None = None, min_
                      + (f", an O'Brien-Fleming shaped boundary C/sqrt(n/{max_rounds}) on the rest, calibrated on "
                         f"{SEQ_PATHS} simulated null paths (seed {SEQ_SEED})" if share < 1.0 else "")
                      + f"; Holm over {n_levels} level(s) for differences; equivalence by repeated intervals at "
-                       f"one-sided alpha={alpha:g}"),
+                       f"one-sided alpha={alpha / n_levels:g} (Bonferroni over {n_levels} level(s))"),
             # a single look (min_rounds == max_rounds) has no O'Brien-Fleming part: no C (None, JSON has no inf)
             "boundary": {"C_difference_simultaneous": c_diff if math.isfinite(c_diff) else None, "C_equivalence": c_eq,
                          "first_look_share": share}}
