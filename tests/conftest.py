@@ -11,6 +11,7 @@ a subprocess fails and says so.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -49,6 +50,17 @@ def _unit_tier_starts_no_process(request, monkeypatch):
                              "(tests/conftest.py explains the tiers)")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+def cpu_serve(monkeypatch, missing: tuple[str, ...] = ()):
+    """cpu_server/serve.py loaded as a module (it is a script: no package imports it), with `missing` as the CPU
+    flags its AVX-512 check finds absent (none: it goes on on any CPU)."""
+    spec = importlib.util.spec_from_file_location("cpu_serve_under_test", ROOT / "cpu_server/serve.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "missing_flags", lambda _flags: list(missing))
+    return mod
 
 
 def run(cmd: list[str], timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:

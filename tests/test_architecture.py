@@ -3,9 +3,11 @@
 Data flows one way: configs -> load -> raw files -> statistics -> report. tts_predictor (the code under test) uses no
 other package of ours; ttsrecords (the on-disk contract: records, run settings, metric table, sample keys) builds on
 tts_predictor's plain names only; ttssim and loadtest build on tts_predictor and ttsrecords; ttsreport reads the raw
-files through ttsrecords and the fitted simulator model and never imports loadtest; no product package uses tools/
-(benchmarks, soak, fakes), and the A/B command line stays light (no numpy, scipy, torch or ttsreport behind
-`import loadtest.ab`). Every module counts, sub-folders included.
+files through ttsrecords and the fitted simulator model and never imports loadtest; the real CPU server
+(cpu_server/serve.py and its plugin) is a process to the rest: it builds on tts_predictor's plain names and
+ttsrecords.cpuserver, and no other package imports it; no product package uses tools/ (benchmarks, soak, fakes), and
+the A/B command line stays light (no numpy, scipy, torch or ttsreport behind `import loadtest.ab`). Every module
+counts, sub-folders included.
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ import sys
 import pytest
 from conftest import ROOT
 
-OURS = ("tts_predictor", "ttsrecords", "ttssim", "loadtest", "ttsreport", "tools", "tests")
-PRODUCT = ("tts_predictor", "ttsrecords", "ttssim", "loadtest", "ttsreport")
+OURS = ("tts_predictor", "ttsrecords", "ttssim", "loadtest", "ttsreport", "cpu_server", "tts_omni_cpu", "tools",
+        "tests")
+PRODUCT = ("tts_predictor", "ttsrecords", "ttssim", "loadtest", "ttsreport", "cpu_server")
+# cpu_server/plugin is a distribution of its own (tts-omni-cpu), installed into the real server's venv and imported
+# there as tts_omni_cpu. Its modules are scanned under that name, as a package with its own rule (ALLOWED): they run
+# in that venv (vLLM's processes, the tiny model's builder), where not all of our packages are installed.
+PLUGIN = ROOT / "cpu_server" / "plugin"
+CPU_SERVER = ("cpu_server", "tts_omni_cpu")
 
 
 def modules(package: str) -> dict[str, ast.Module]:
-    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): ast.parse(p.read_text())
-            for p in sorted((ROOT / package).rglob("*.py"))}
+    return {".".join(p.relative_to(PLUGIN if p.is_relative_to(PLUGIN) else ROOT).with_suffix("").parts)
+            .removesuffix(".__init__"): ast.parse(p.read_text()) for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def imports(name: str, tree: ast.Module, top_level_only: bool = False) -> set[str]:
@@ -65,10 +73,16 @@ ALLOWED = {
     # the report shows beside the observed one, with the modules it needs
     "ttsreport": {"tts_predictor", "ttsrecords", "ttssim.fit", "ttssim.config", "ttssim.virtual", "ttssim.public",
                   "ttssim.model", "ttssim.heldout"},  # heldout: the banner's held-out figure
+    # serve.py, a script the suite starts as a process: the code under test's plain names, what it and the suite
+    # agree on (ttsrecords.cpuserver, standard library only) and its own plugin (put on its sys.path)
+    "cpu_server": {"tts_predictor.domain", "ttsrecords.cpuserver", "tts_omni_cpu"},
+    # the plugin in the real server's venv: the tiny model's audio constants; 0.30.0's venv holds a copy of
+    # tts_predictor and nothing else of ours (cpu_server/venv.sh)
+    "tts_omni_cpu": {"tts_predictor.domain"},
 }
 
 
-@pytest.mark.parametrize("package", PRODUCT)
+@pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_product_packages_import_only_what_the_flow_allows(package):
     bad = {}
     for name, tree in ALL.items():
@@ -89,6 +103,25 @@ def test_the_contract_is_standard_library_only(name):
     names = imports(name, ALL[name])
     third_party = {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - set(OURS) - {"__future__"}
     assert not third_party, third_party
+
+
+def test_the_cpu_server_is_reached_only_as_a_process():
+    """No other product package imports cpu_server/serve.py or its plugin, neither by an import statement nor by a
+    path put on sys.path or loaded from a file: the suite passes serve.py flags and reads its exit status."""
+    loaders = {"insert", "append", "extend", "spec_from_file_location", "run_path", "import_module", "SourceFileLoader"}
+    found = {}
+    for name, tree in ALL.items():
+        if name.split(".")[0] in CPU_SERVER or name.split(".")[0] not in PRODUCT:
+            continue
+        bad = {imp for imp in ours(imports(name, tree)) if imp.split(".")[0] in CPU_SERVER}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in loaders:
+                bad |= {f"{node.func.attr}({c.value!r})" for arg in node.args for c in ast.walk(arg)
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                        and any(s in c.value for s in CPU_SERVER)}
+        if bad:
+            found[name] = sorted(bad)
+    assert not found, found
 
 
 def test_the_report_never_imports_the_load_generator():

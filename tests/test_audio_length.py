@@ -12,6 +12,7 @@ import synthetic_runs as sr
 from conftest import ROOT
 
 from loadtest import experiment as ex
+from ttsrecords import cpuserver
 from ttsreport import audiolength as al
 from ttsreport import report
 from ttsreport.analysis import summarize, write_statistics
@@ -94,7 +95,7 @@ def test_length_control_per_release():
     assert "configs/stages/qwen3_tts_b64.yaml" in v016["source"]
     assert v030["honours"] == ex.REQUEST_LENGTH and v030["max_frames"] is None
     cpu = ex.length_control(ex.on_cpu(ex.mission()).arms["A"])
-    assert cpu["max_frames"] == 64 and ex.CPU_STAGES in cpu["source"]  # the CPU stage file's talker max_tokens
+    assert cpu["max_frames"] == 64 and cpuserver.STAGES in cpu["source"]  # the CPU stage file's talker max_tokens
     rc1 = ex.length_control(next(iter(ex.load_experiment(
         ROOT / "configs/experiments/v032rc1-cp-kv-cache.yaml").arms.values())))
     assert "12 codec frames per text token" in rc1["cap"]

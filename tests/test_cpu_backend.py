@@ -1,5 +1,6 @@
-"""BACKEND=vllm-cpu without starting it: make serve's dispatch and dry run, the AVX-512 refusal, the experiment's
-arms moved to the CPU server, its launch command and what the manifest and report say about it."""
+"""BACKEND=vllm-cpu without starting it: make serve's dispatch and dry run, the AVX-512 refusal and how preflight
+reads it, the experiment's arms moved to the CPU server, its launch command and what the manifest and report say
+about it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, cpu_serve
 
 from loadtest import experiment as ex
+from loadtest import preflight as pf
 from loadtest.plan import experiment_for, hot_swap_problem, ready_timeout
+from ttsrecords import cpuserver
 
 sys.path.insert(0, str(ROOT / "cpu_server" / "plugin"))
 import tts_omni_cpu  # noqa: E402  (stdlib only at import)
@@ -52,7 +55,9 @@ def test_on_cpu_refuses_a_release_without_the_plugin():
 def test_cpu_launch_is_serve_py_with_the_control_file():
     exp = ex.on_cpu(ex.mission("original", "fixed"))
     launch = ex.server_launch(exp, exp.arms["B"], 18000, control_dir="/tmp/ctl")
+    # the run's own ready and stop budgets go to serve.py as flags (it has defaults of its own for `make serve`)
     assert launch.argv[1:] == [ex.CPU_SERVE, "--variant", "fixed", "--host", "127.0.0.1", "--port", "18000",
+                               "--health-timeout-s", "900", "--stop-grace-s", "30",
                                "--executor", "mp", "--control", "/tmp/ctl/control.json"]
     assert not launch.simulated and launch.stop_timeout_s > ex.CPU_STOP_GRACE_S
     man = ex.arm_manifest(exp.arms["B"])
@@ -96,9 +101,50 @@ def test_serve_refuses_in_one_line_without_avx512(tmp_path):
             "import tts_omni_cpu; tts_omni_cpu.cpu_flags=lambda *a: {'avx2'};"
             "runpy.run_path('cpu_server/serve.py', run_name='__main__')")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 3 and out.stdout == ""
+    assert out.returncode == cpuserver.EXIT_NO_AVX512 == 3 and out.stdout == ""  # documented in serve.py
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "lacks avx512f" in lines[0] and "BACKEND=sim" in lines[0]
+
+
+def _checks(shell_dry_run: bool, run, monkeypatch) -> tuple[dict, list[str]]:
+    lines: list[str] = []
+    monkeypatch.setattr(pf.subprocess, "run", run)
+    rep = pf.Report(lambda line: None)
+    pf.check_cpu(rep, pf.Shell(shell_dry_run, lines.append))
+    return {c.name: c for c in rep.checks if c.name in ("host.cpu", "image")}, lines
+
+
+def test_preflight_reads_the_cpu_check_from_serve_py_exit_status(monkeypatch, capsys):
+    """Preflight imports nothing of cpu_server: it runs `serve.py --prepare` and reads its exit status. Here serve.py's
+    own main() answers in this process, so the two sides cannot drift apart unnoticed."""
+    def serve_here(missing):
+        serve = cpu_serve(monkeypatch, missing)
+
+        def run(argv, **_kw):
+            assert argv[:3] == [sys.executable, ex.CPU_SERVE, "--prepare"], argv
+            rc = serve.main(argv[2:])
+            out = capsys.readouterr()
+            return subprocess.CompletedProcess(argv, rc, out.out, out.err)
+        return run
+
+    checks, _ = _checks(False, serve_here(("avx512vl", "avx512dq")), monkeypatch)
+    cpu = checks["host.cpu"]
+    assert cpu.status == "fail" and "image" not in checks  # nothing built on a CPU that cannot serve
+    assert cpu.detail.startswith("this CPU lacks AVX-512") and "avx512vl, avx512dq" in cpu.detail
+    assert "\n" not in cpu.detail and "BACKEND=sim" in cpu.fix
+
+    checks, lines = _checks(True, serve_here(()), monkeypatch)  # a dry run: serve.py --dry-run checks, builds nothing
+    assert checks["host.cpu"].status == "pass" and checks["image"].status == "skip"
+    assert lines == [f"$ {sys.executable} {ex.CPU_SERVE} --prepare"]
+
+    def canned(rc, out, err):
+        return lambda argv, **_kw: subprocess.CompletedProcess(argv, rc, out, err)
+
+    checks, _ = _checks(False, canned(1, "", "Traceback ...\nCalledProcessError: venv.sh exited 1\n"), monkeypatch)
+    assert checks["host.cpu"].status == "skip" and checks["image"].status == "fail"
+    assert checks["image"].detail.endswith("exited 1: CalledProcessError: venv.sh exited 1")
+    checks, _ = _checks(False, canned(0, "serve.py: venv V (1 s) and model M (2 s) ready\n", ""), monkeypatch)
+    assert checks["host.cpu"].status == checks["image"].status == "pass" and "model M" in checks["image"].detail
 
 
 def test_the_cpu_stage_file_fixes_every_request_length():
@@ -106,7 +152,7 @@ def test_the_cpu_stage_file_fixes_every_request_length():
     until the last token, so every request on the CPU server has the same length (docs/real-cpu-server.md)."""
     import yaml
 
-    stages = yaml.safe_load((ROOT / ex.CPU_STAGES).read_text())["stage_args"]
+    stages = yaml.safe_load((ROOT / cpuserver.STAGES).read_text())["stage_args"]
     talker = next(s for s in stages if s["stage_id"] == 0)["default_sampling_params"]
     assert talker["min_tokens"] == talker["max_tokens"] == 64, talker
     assert 2150 in talker["stop_token_ids"], talker

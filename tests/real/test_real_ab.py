@@ -13,6 +13,7 @@ from real_gate import require_real_server
 
 from loadtest import experiment as ex
 from loadtest.server_process import ROOT
+from ttsrecords import cpuserver
 
 require_real_server()
 
@@ -57,7 +58,7 @@ def test_make_ab_on_the_real_cpu_server_from_arguments_to_report(tmp_path):
 
     man = json.loads((run / "manifest.json").read_text())
     assert {a["backend"] for a in man["arms"].values()} == {ex.CPU_BACKEND}
-    assert {a["stages"] for a in man["arms"].values()} == {ex.CPU_STAGES}
+    assert {a["stages"] for a in man["arms"].values()} == {cpuserver.STAGES}
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["backend"]["name"] == ex.CPU_BACKEND and summary["simulated"] is False
