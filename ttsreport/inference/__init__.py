@@ -5,8 +5,9 @@ is the independent unit; requests inside a round never are. With `groups` (serve
 start becomes the unit, so the interval carries start-to-start variance. Every rule is explained, with its public
 source, in docs/method.md; tools/verdict_synthetic.py measures its error rates on synthetic data with known answers.
 
-One topic per module: `core` (the one comparison, rounds needed, levels and Holm), `sequential` (the boundary and
-the looks), `rates` (failure rates), `variance` (A/A rounds, nested designs). Callers use this package's names.
+One topic per module: `core` (the one comparison, rounds needed, failures), `levels` (Holm over the levels and the
+headline), `sequential` (the boundary and the looks), `rates` (failure rates), `variance` (A/A rounds, nested
+designs). Callers use this package's names.
 """
 
 from .core import (
@@ -16,20 +17,18 @@ from .core import (
                    POWER,
                    _check_confidence,
                    _check_margin,
-                   _headline,
                    _interval,
                    _mean_se,
                    claim_allowed,
                    compare_rounds,
-                   decide_levels,
                    failure_words,
-                   holm,
                    log_ratios,
                    mark_secondary,
                    rounds_needed,
                    verdict_word,
                    withhold_for_failure_gap,
 )
+from .levels import _headline, decide_levels, holm
 from .rates import compare_error_rates, newcombe, target_met, wilson
 from .sequential import _t_crit, sequential_boundary, sequential_claim_interval, sequential_look
 from .variance import aa_check, order_effect, plan_chance, plan_nested, variance_components

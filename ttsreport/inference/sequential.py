@@ -12,7 +12,8 @@ from scipy import special as sc
 
 from ttsrecords.runsettings import MAX_SEQ_UNITS, MIN_UNITS
 
-from .core import NO_SPREAD_LOG, SEQ_SEED, _check_margin, _headline, _mean_se, _number, holm
+from .core import NO_SPREAD_LOG, SEQ_SEED, _check_margin, _mean_se, _number
+from .levels import _headline, holm
 
 SEQ_PATHS = 200_000  # simulated null paths behind the sequential boundary (level known to about ±0.05 points)
 LOG_BOUND_CAP = math.log(1e6)  # a repeated interval's bound beyond a ratio of 1e6 (or 1e-6) is shown there: unbounded
