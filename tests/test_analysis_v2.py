@@ -19,7 +19,7 @@ from scipy import stats as sps
 from ttsrecords import records as rec
 from ttsreport import __main__ as cli
 from ttsreport import inference as inf
-from ttsreport import report
+from ttsreport import render, report
 from ttsreport.analysis import Options, summarize, write_statistics
 from ttsreport.blocks import block_summary, load_run
 
@@ -28,7 +28,7 @@ def report_md(run) -> str:
     """summary.md as `python -m ttsreport <run>` writes it, from the JSON it writes, without drawing index.html's
     figures (most of the command's time; the page is tested in test_report_html.py)."""
     write_statistics(run)
-    return report.markdown(*report.load(run))
+    return render.markdown(*report.load(run))
 
 
 def test_fresh_known_effect_reads_the_same_for_every_metric(tmp_path):
@@ -531,9 +531,9 @@ def test_a_failure_gap_withholds_only_the_claim_the_failures_could_have_made():
     a = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98]
     kw = {"higher_is_better": False, "margin_pct": 5.0, "confidence": 0.95, "label": "p50 latency"}
     jitter = [1.004, 0.997, 1.002, 0.995, 1.003, 0.999]  # some spread between rounds (none reads "no spread")
-    faster = inf.compare_rounds(a, [x * 0.9 * j for x, j in zip(a, jitter)], **kw)
-    slower = inf.compare_rounds(a, [x * 1.1 * j for x, j in zip(a, jitter)], **kw)
-    equal = inf.compare_rounds(a, [x * j for x, j in zip(a, jitter)], **kw)
+    faster = inf.compare_rounds(a, [x * 0.9 * j for x, j in zip(a, jitter, strict=True)], **kw)
+    slower = inf.compare_rounds(a, [x * 1.1 * j for x, j in zip(a, jitter, strict=True)], **kw)
+    equal = inf.compare_rounds(a, [x * j for x, j in zip(a, jitter, strict=True)], **kw)
     assert (faster["kind"], slower["kind"], equal["kind"]) == ("faster", "slower", "equivalent")
     w = inf.withhold_for_failure_gap(faster, 0.0, 0.3, 2.0)
     assert w["kind"] == "inconclusive" and w["failure_gap"]["withheld"] and w["ci_decision"] is None

@@ -14,7 +14,7 @@ from conftest import ROOT
 from loadtest import experiment as ex
 from ttsrecords import cpuserver
 from ttsreport import audiolength as al
-from ttsreport import report
+from ttsreport import render, report
 from ttsreport.analysis import summarize, write_statistics
 
 PROMPTS = (2.0, 3.5, 5.0, 6.5, 8.0, 4.2)  # audio seconds of six prompts
@@ -71,9 +71,9 @@ def test_synthetic_run_b_20_pct_longer_warns(tmp_path):
     assert audio["kind"] == "differs" and audio["prompts"] == len(PROMPTS)
     assert audio["ci"][0] > 1.0 and audio["ratio"] == pytest.approx(1.2, rel=0.03)
     write_statistics(run)
-    md = report.markdown(*report.load(run))
+    md = render.markdown(*report.load(run))
     assert "AUDIO LENGTH DIFFERS" in md and "longer than arm A's" in md
-    page = report.html_page(*report.load(run))
+    page = render.html_page(*report.load(run))
     assert "AUDIO LENGTH DIFFERS" in page
 
 
@@ -83,7 +83,7 @@ def test_synthetic_run_equal_lengths_gives_the_quiet_line(tmp_path):
     audio = comp["audio_per_prompt"]
     assert audio["kind"] == "matches" and audio["ci"][0] <= 1.0 <= audio["ci"][1]
     write_statistics(run)
-    md = report.markdown(*report.load(run))
+    md = render.markdown(*report.load(run))
     assert "AUDIO LENGTH DIFFERS" not in md
     assert "Audio per prompt (B vs A): audio per prompt matches between the arms" in md
 

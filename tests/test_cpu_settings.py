@@ -187,7 +187,7 @@ def test_the_proposed_cpu_scenario_holds_its_requests_and_the_current_one_holds_
 def test_the_report_shows_each_arms_executor_and_thread_env(monkeypatch):
     from conftest import example_results
 
-    from ttsreport.report import arms_section
+    from ttsreport.sections import arms_section
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     exp = ex.on_cpu(ex.mission("original", "fixed"), "mp")

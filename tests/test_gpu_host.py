@@ -166,7 +166,7 @@ def test_report_shows_each_starts_compile_cache(tmp_path):
 
     from synthetic_runs import nested
 
-    from ttsreport.report import design_section
+    from ttsreport.sections import design_section
 
     run = nested(tmp_path / "run", starts=3, pairs=2, d=lambda s, p: 0.0)
     for i, path in enumerate(sorted(run.glob("starts/*/start.json"))):

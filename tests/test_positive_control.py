@@ -16,7 +16,7 @@ from loadtest.scraper import Scraper
 from loadtest.session import EdgeRunner
 from loadtest.shape import WRITE, EdgeAction
 from tts_predictor.control import MAX_HOST_DELAY_US, read_control
-from ttsreport import analysis, report
+from ttsreport import analysis, render, report
 from ttsreport.report import banners
 
 
@@ -90,4 +90,4 @@ def test_a_run_folder_with_the_control_in_its_manifest_gets_the_banner_in_both_r
     comp = json.loads((run / "comparison.json").read_text())
     assert comp["positive_control"] == {"B": 500.0}
     loaded = report.load(run)
-    assert "POSITIVE CONTROL" in report.markdown(*loaded) and "POSITIVE CONTROL" in report.html_page(*loaded)
+    assert "POSITIVE CONTROL" in render.markdown(*loaded) and "POSITIVE CONTROL" in render.html_page(*loaded)

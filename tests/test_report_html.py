@@ -13,7 +13,7 @@ from conftest import make_run
 
 from tools import browser
 from ttsreport import __main__ as cli
-from ttsreport import report
+from ttsreport import render
 
 needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
 
@@ -39,7 +39,7 @@ def test_report_reads_only_statistics_json(built, tmp_path):
     copy.mkdir()
     for name in ("summary.json", "comparison.json"):
         shutil.copy(run / name, copy / name)
-    out = report.write_report(copy)  # no raw files next to it: the report computes nothing from them
+    out = render.write_report(copy)  # no raw files next to it: the report computes nothing from them
     assert out.read_text() == (run / "index.html").read_text()
 
 

@@ -22,7 +22,7 @@ from .looks import append_look, look
 from .looks import one_line as look_line
 from .pilot import one_line as plan_line
 from .pilot import plan, write_plan
-from .report import write_report
+from .render import write_report
 
 
 def main(argv=None) -> int:

@@ -31,7 +31,7 @@ from ttsrecords.manifest import read_manifest
 from ttsrecords.runsettings import LOOK_LOG
 from ttsrecords.windows import manifest_windows
 
-from . import plots
+from . import page, plots, render
 from . import report as rep
 from . import rounds as rd
 from .blocks import read_json_checked
@@ -199,7 +199,7 @@ def _live(folder: Path, man: dict, blocks: list[dict]) -> dict:
             "sequential": None if not seq else {"min_rounds": seq.get("min_rounds"),
                                                 "max_rounds": seq.get("max_rounds")},
             "looks": [{"rounds": x.get("rounds"), "stop": x.get("stop"), "reason": x.get("reason"),
-                       "text": "; ".join(f"c={lv} {r.get('kind')}" + (f" {rep._r(r.get('ratio'))} {rep._ci(decision_ci(r))}"
+                       "text": "; ".join(f"c={lv} {r.get('kind')}" + (f" {page._r(r.get('ratio'))} {page._ci(decision_ci(r))}"
                                                                         if r.get("ratio") else "")
                                          for lv, r in (x.get("levels") or {}).items()) or x.get("text")}
                       for x in looks]}
@@ -431,7 +431,7 @@ def model(root: str | Path) -> Dashboard:
 
 # ----------------------------------------------------------------------------------------------- HTML
 
-CSS = rep.CSS + """
+CSS = render.CSS + """
 .filters{display:flex;gap:14px;align-items:center;flex-wrap:wrap;font-size:13px;margin:8px 0}
 .filters select{font-size:13px;padding:2px 4px}
 td .lvl{white-space:nowrap}
@@ -513,9 +513,9 @@ def _status_cell(r: Run) -> str:
 
 def _levels_cell(r: Run) -> str:
     if not r.levels:
-        return rep.DASH
+        return page.DASH
     rows = [f"<div class='lvl'>c={_esc(lv.level)}: <b class='k-{_esc(lv.kind)}'>{_esc(lv.word)}</b> "
-            f"{_esc(rep._r(lv.ratio))} {_esc(rep._ci(lv.ci))}</div>" for lv in r.levels]
+            f"{_esc(page._r(lv.ratio))} {_esc(page._ci(lv.ci))}</div>" for lv in r.levels]
     return f"<div class='small'>{_esc(r.metric)}, B/A</div>" + "".join(rows)
 
 
@@ -524,14 +524,14 @@ def _link(text: str, href: str | None) -> str:
 
 
 def _row(r: Run) -> str:
-    design = rep.DASH if not r.design else f"{r.design}" + (f" (unit: {r.unit})" if r.unit else "")
-    exp = _esc(r.experiment or rep.DASH) + (f"<div class='small'>{_esc(r.arms)}</div>" if r.arms else "") + \
+    design = page.DASH if not r.design else f"{r.design}" + (f" (unit: {r.unit})" if r.unit else "")
+    exp = _esc(r.experiment or page.DASH) + (f"<div class='small'>{_esc(r.arms)}</div>" if r.arms else "") + \
         (f"<div class='small'>scenario {_esc(r.scenario)}</div>" if r.scenario else "")
     links = [_link(t, h) for t, h in r.links] or \
         [_link("report" if (r.link or "").endswith("index.html") else "files", r.link)]
     rev = f"<div class='small'>git {_esc((r.git or '')[:10])}</div>" if r.git else ""
     srv = f"<div class='small'>{_esc(r.server)}</div>" if r.server else ""
-    return (f"<tr{_attrs(r, r.kind, r.backend)}><td>{_esc(r.date or rep.DASH)}</td><td>{_esc(r.kind)}</td>"
+    return (f"<tr{_attrs(r, r.kind, r.backend)}><td>{_esc(r.date or page.DASH)}</td><td>{_esc(r.kind)}</td>"
             f"<td><span class='tag {_esc(r.backend)}'>{_esc(r.backend_words)}</span>{srv}</td><td>{exp}</td>"
             f"<td>{_esc(design)}</td><td>{_levels_cell(r)}</td><td>{_status_cell(r)}</td>"
             f"<td><b>{_esc(r.folder)}</b>{rev}<div>{' · '.join(links)}</div></td></tr>")
@@ -553,7 +553,7 @@ def _live_section(r: Run) -> str:
             done = (p["window"] - 1 + min(1.0, (p.get("elapsed_s") or 0.0) / p["length_s"])) / p["windows_planned"]
         parts.append(f"<div class='bar' title='windows run, of those planned'><div style='width:{100 * done:.0f}%'>"
                      "</div></div>")
-        where = rep.DASH if p.get("window") is None else (
+        where = page.DASH if p.get("window") is None else (
             f"window {p['window']}/{p['windows_planned']} {p['block_id']} (round {p['round']}, "
             f"{(p.get('kind') or '').upper()}, arm {p['arm']} = {p['label']})")
         phase = {"starting": "starting its server", "look": "sequential look after the round",
@@ -588,17 +588,17 @@ def _history_section(h: History, backend_key: str) -> str:
     head = ["run", "date", "git", "server", "status"] + [f"c={lv}" for lv in h.levels]
     rows = []
     for x in h.runs:
-        cells = [_link(x["folder"], x["link"]), _esc(x["date"] or rep.DASH), _esc((x["git"] or rep.DASH)[:10]),
-                 _esc(x["server"] or rep.DASH), _esc(x["status"])]
+        cells = [_link(x["folder"], x["link"]), _esc(x["date"] or page.DASH), _esc((x["git"] or page.DASH)[:10]),
+                 _esc(x["server"] or page.DASH), _esc(x["status"])]
         for lv in h.levels:
             p = x["levels"].get(lv)
             if not p:
-                cells.append(rep.DASH)
+                cells.append(page.DASH)
                 continue
             mark = "" if not p["changed"] else \
                 f" <span class='changed'>changed {'↑' if p['direction'] == 'up' else '↓'}</span>"
-            cells.append(f"<span class='k-{_esc(p['kind'])}'>{_esc(p['word'])}</span> {_esc(rep._r(p['ratio']))} "
-                         f"{_esc(rep._ci(p['ci']))}{mark}")
+            cells.append(f"<span class='k-{_esc(p['kind'])}'>{_esc(p['word'])}</span> {_esc(page._r(p['ratio']))} "
+                         f"{_esc(page._ci(p['ci']))}{mark}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f"<section class='history'{_attrs(h, 'A/B', backend_key)}><h2>History: {_esc(h.experiment)}</h2>"
             f"<p>{_esc(h.arms)} · scenario {_esc(h.scenario)} · {_esc(h.backend)} · {len(h.runs)} run(s). A change "

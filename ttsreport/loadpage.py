@@ -13,11 +13,11 @@ from typing import Any
 
 from ttsrecords.loadrun import NOT_REPORTED
 
-from . import report as rep
 from .loadrun import numbers
+from .page import DASH
 from .plots import plt, svg
+from .render import CSS
 
-DASH = "—"
 STATUS_CLASS = {"complete": "sim", "failed": "invalid", "interrupted": "warn"}
 
 
@@ -197,7 +197,7 @@ def page(nums: dict) -> str:
     status = nums["status"]
     p = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
          "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-         f"<title>Load run {_e(nums['run_id'])}</title><style>{rep.CSS}</style></head><body><main>"]
+         f"<title>Load run {_e(nums['run_id'])}</title><style>{CSS}</style></head><body><main>"]
     if man and man.server.backend == "simulated":
         p.append("<div class='banner sim'>SIMULATED: the server is the suite's simulator; its timings are a model's "
                  "(docs/simulator.md), not a GPU's</div>")
