@@ -8,7 +8,7 @@ whose arms differ only by a known answer: A/B rounds with a known extra step del
 The pool is cut into DISJOINT experiments (no round in two of them): k consecutive units each, where a unit is what
 the design's interval is computed over (nested: a server start, with every window pair inside it; fresh and swap: a
 round). Each experiment's A/B rounds and, separately, its A/A rounds (relabelled as A/B rounds, arms as recorded)
-run through the suite's own comparison (ttsreport.analysis.compare: ratio B/A, Student t on ln(B/A) over the units,
+run through the suite's own comparison (ttsreport.comparison.compare: ratio B/A, Student t on ln(B/A) over the units,
 Holm over levels, TOST at the margin), and the outcomes are counted: false claims at a true ratio of 1, detection
 and wrong direction at the known delay, coverage, equivalence claims. Every rate carries its Wilson 95 % interval;
 its precision is set by the number of disjoint experiments, which is small, and the report says so. Beside the
@@ -38,8 +38,8 @@ from scipy import special as sc
 
 from ttsreport import inference as inf
 from ttsreport import rounds as rd
-from ttsreport.analysis import compare
 from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary, load_run
+from ttsreport.comparison import compare
 
 SCHEMA = "tts-calibration-pools/1"
 KEPT_METRICS = tuple(dict.fromkeys(  # the primary decides; requests/s beside it for the noise table
@@ -136,7 +136,7 @@ def levels_of(pool: dict) -> list[str]:
 
 
 def summaries_of(pool: dict, rounds: set | None = None, as_ab: bool = False) -> list[dict]:
-    """Window summaries in the shape ttsreport.analysis.compare reads, for the given rounds (None: all); as_ab
+    """Window summaries in the shape ttsreport.comparison.compare reads, for the given rounds (None: all); as_ab
     relabels A/A rounds as A/B rounds (a true-0 experiment through the same rule)."""
     out = []
     for w in pool["windows"]:
@@ -496,7 +496,7 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         f"whole starts with every window pair inside them). A/A: **{res['k_aa']} consecutive A/A rounds** each, the "
         "round as the unit (both windows of an A/A round run arm A inside one start: there is no start x arm variance "
         "for a start unit to carry, and the report's A/A check treats them so too). Each experiment goes through "
-        "`ttsreport.analysis.compare` exactly as a run's report does (A/A rounds relabelled A/B, arms as recorded): "
+        "`ttsreport.comparison.compare` exactly as a run's report does (A/A rounds relabelled A/B, arms as recorded): "
         f"ratio B/A = exp(mean ln(B/A)) over the units, 95 % Student t interval, Holm over {len(levels)} levels for "
         f"the headline, TOST at ±{MARGIN_PCT:g} % for equivalence. The pool holds **{n_ab} disjoint A/B experiments "
         f"and {n_aa} disjoint A/A experiments**: every rate below is k/n with its Wilson 95 % interval, and with n "

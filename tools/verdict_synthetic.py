@@ -746,7 +746,7 @@ def failures_power(B: Bench) -> None:
         d = [None if f else float(np.log(y / x)) for x, y, f in zip(a, b, failed, strict=True)]
         first = next((i for i, f in enumerate(failed) if f), None)
         kind, used = "inconclusive", n_max
-        for k in range(lo, n_max + 1):  # the runner's looks, as analysis.headline_sequential reads them
+        for k in range(lo, n_max + 1):  # the runner's looks, as comparison.headline_sequential reads them
             now = inf.sequential_look({"c": d[:k]}, final=k == n_max, **kw)["levels"]["c"]["kind"]
             if first is not None and first < k:
                 before = (inf.sequential_look({"c": d}, look=first, **kw)["levels"]["c"]["kind"] if first >= lo

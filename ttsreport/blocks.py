@@ -1,7 +1,7 @@
 """Per-window numbers of a run: loading a run folder and the metrics of each window (block) and level.
 
 Pure functions over the stored files (ttsrecords.records is their contract; a file of an unknown schema is refused with
-a one-line message); rounds.py pairs the windows and analysis.py compares them. Besides the metric table's values,
+a one-line message); rounds.py pairs the windows and comparison.py compares them. Besides the metric table's values,
 each level of a window carries the sampling variance of its metrics inside the window (for the variance components
 of a nested design), its streaming continuity, the server's telemetry and vllm-omni's own series over the measure
 window, and the requests that spanned a variant switch (left out of the window's metrics).

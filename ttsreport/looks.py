@@ -1,7 +1,7 @@
 """`python -m ttsreport <run> --look`: the sequential rule after the rounds completed so far, one line appended to
 `<run>/looks.jsonl` (schema tts-look/1) for the runner to read (stop or continue).
 
-The look runs the sequential rule (analysis.headline_sequential) on the primary metric at every level, over the
+The look runs the sequential rule (comparison.headline_sequential) on the primary metric at every level, over the
 valid A/B rounds so far (per server start in a nested design: the runner looks once per start), with the manifest's
 sequential settings and a boundary for the number of units the looks count. The look after the plan's last unit
 decides (stop). The rule replays every earlier look, so its answer depends only on the rounds, never on how often it
@@ -15,16 +15,9 @@ from pathlib import Path
 from ttsrecords import records as rec
 
 from . import rounds as rd
-from .analysis import (
-    compare_metric,
-    confidence_of,
-    headline_sequential,
-    margin_of,
-    plan_done,
-    primary_of,
-    sequential_of,
-)
+from .analysis import confidence_of, margin_of, plan_done, primary_of, sequential_of
 from .blocks import block_summary, load_run
+from .comparison import compare_metric, headline_sequential
 
 LOOKS_FILE = "looks.jsonl"
 
