@@ -23,7 +23,9 @@ from loadtest.shape import Schedule
 from tools import browser
 from ttsrecords import records
 from ttsrecords.runsettings import LOOK_LOG
+from ttsreport import board as bd
 from ttsreport import dashboard as dash
+from ttsreport import dashpage
 
 needs_chromium = pytest.mark.skipif(browser.find_chromium() is None, reason="chromium absent: scripts/system-deps.sh")
 EXAMPLE = ROOT / "reports" / "example"
@@ -77,7 +79,7 @@ def test_a_folder_of_run_folders_lists_each_one(tmp_path):
     """reports/micro/<UTC>/ stands for its runs, a folder beside them that holds none included."""
     shutil.copytree(ROOT / "reports" / "micro", tmp_path / "micro")
     (tmp_path / "micro" / "half-written").mkdir()
-    runs = {r.folder: r for r in dash.model(tmp_path).runs}
+    runs = {r.folder: r for r in bd.model(tmp_path).runs}
     (stamp,) = [p.name for p in (ROOT / "reports" / "micro").iterdir()]
     assert set(runs) == {f"micro/{stamp}", "micro/half-written"}
     assert runs[f"micro/{stamp}"].kind == "benchmark" and runs[f"micro/{stamp}"].backend == "cpu"
@@ -90,18 +92,18 @@ def test_a_folder_of_pages_with_run_folders_lists_the_pages_and_each_run(tmp_pat
     (tmp_path / "cpu" / "README.md").write_text("# runs\n")
     shutil.copytree(ROOT / "reports" / "example", tmp_path / "cpu" / "ab-1")
     (tmp_path / "cpu" / "half-written").mkdir()
-    runs = {r.folder: r for r in dash.model(tmp_path).runs}
+    runs = {r.folder: r for r in bd.model(tmp_path).runs}
     assert set(runs) == {"cpu", "cpu/ab-1", "cpu/half-written"}
     assert runs["cpu"].kind == "benchmark" and runs["cpu/ab-1"].kind == "A/B" and runs["cpu/ab-1"].levels
     assert runs["cpu/half-written"].status == "unreadable"
 
 
 @pytest.fixture(scope="module")
-def board(folder) -> dash.Dashboard:
-    return dash.model(folder)
+def board(folder) -> bd.Dashboard:
+    return bd.model(folder)
 
 
-def _run(board: dash.Dashboard, name: str) -> dash.Run:
+def _run(board: bd.Dashboard, name: str) -> bd.Run:
     (r,) = [r for r in board.runs if r.folder == name]
     return r
 
@@ -141,7 +143,7 @@ def test_a_sequential_run_shows_where_its_looks_stopped_it(tmp_path):
                "stopped": {"after_round": 4, "ab_rounds": 4, "reason": "every level decided"}}
     _copy_example(tmp_path / "new", **{LOOK_LOG: stopped})
     _copy_example(tmp_path / "old", sequential={"looks": 2, "look_errors": [], "ignored_stops": []})
-    board = dash.model(tmp_path)
+    board = bd.model(tmp_path)
     assert "sequential: stopped after 4 A/B rounds (every level decided)" in _run(board, "new").notes
     assert "sequential: 2 look(s), no stop" in _run(board, "old").notes
 
@@ -163,7 +165,7 @@ def test_unreadable_folders_are_listed_with_the_reason(board):
 def test_a_locust_run_folder(tmp_path):
     """A folder the locustfile wrote (a window of the version-1 fixture run: its tts-run manifest and requests)."""
     shutil.copytree(ROOT / "tests" / "fixtures" / "v1-run" / "blocks" / "000-r0-aa-B", tmp_path / "locust-1")
-    (r,) = dash.model(tmp_path).runs
+    (r,) = bd.model(tmp_path).runs
     man = json.loads((tmp_path / "locust-1" / "manifest.json").read_text())
     assert (r.kind, r.status, r.backend_words, r.arms) == ("Locust", "complete", "not recorded", man["variant"])
     assert r.date.startswith("2026-11-30T") and r.link == "locust-1/" and r.levels == []
@@ -174,7 +176,7 @@ def test_backend_words(tmp_path):
     for name in ("vllm", "vllm-cpu", "sim"):
         _copy_example(tmp_path / name, backend={"name": name, "version": "x"})
     _copy_example(tmp_path / "odd", backend={"name": "tpu"})
-    got = {r.folder: (r.backend, r.backend_words) for r in dash.model(tmp_path).runs}
+    got = {r.folder: (r.backend, r.backend_words) for r in bd.model(tmp_path).runs}
     assert got["vllm"] == ("gpu", "real GPU") and got["vllm-cpu"] == ("cpu", "real server on CPU")
     assert got["sim"] == ("sim", "SIMULATED") and got["odd"][0] == "unknown" and "tpu" in got["odd"][1]
 
@@ -184,7 +186,7 @@ def test_backend_words(tmp_path):
     ([1.0, 1.2], [1.1, 1.3], False), ([1.0, 1.2], [1.2, 1.3], False),  # overlapping, touching
     ([1.0, 1.3], [1.1, 1.2], False), (None, [1.2, 1.3], False), ([1.0, 1.1], None, False)])
 def test_the_change_rule(a, b, moved):
-    assert dash.changed(a, b) is moved
+    assert bd.changed(a, b) is moved
 
 
 def test_history_marks_only_disjoint_intervals(board):
@@ -196,8 +198,8 @@ def test_history_marks_only_disjoint_intervals(board):
 
 
 def test_page_is_self_contained_and_a_pure_function_of_the_folders(folder, board):
-    page = dash.html_page(board)
-    assert page == dash.html_page(dash.model(folder))
+    page = dashpage.html_page(board)
+    assert page == dashpage.html_page(bd.model(folder))
     assert not re.search(r"(src|href)=['\"]https?://", page) and "fetch(location.pathname" in page
     assert "UNREADABLE RUN ab-broken" in page and "changed ↓" in page and page.count("<tr data-kind") == 6
     out = dash.write(folder, folder / "dash.html")
@@ -221,7 +223,7 @@ def test_make_dashboard_lists_every_committed_run_folder_and_leaves_the_checkout
     page = (ROOT / "reports" / "index.html").read_text()
     committed = re.findall(r"^!/reports/([^/\s]+)/$", (ROOT / ".gitignore").read_text(), re.M)
     assert {"example", "bench", "micro"} <= set(committed)
-    folders = [f.relative_to(ROOT / "reports").as_posix() for f in dash.run_folders(ROOT / "reports")]
+    folders = [f.relative_to(ROOT / "reports").as_posix() for f in bd.run_folders(ROOT / "reports")]
     for f in folders:
         if f.split("/")[0] in committed:
             assert f"<b>{f}</b>" in page, f
@@ -254,7 +256,7 @@ def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
     a window the runner judged invalid shows at once."""
     r, w = _running(tmp_path, monkeypatch)
     r.show(0, w, 1.5, r.window_s)
-    live = _run(dash.model(tmp_path), "ab-live")
+    live = _run(bd.model(tmp_path), "ab-live")
     assert live.status == "running"
     p = live.live["progress"]
     expected = r.schedule.at(1.5)
@@ -262,7 +264,7 @@ def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
         ("load", 1, w.block_id, 0, 2)
     assert (p["level"], p["phase"]) == (expected.concurrency, expected.phase) == (w.levels[0], "warmup")
     assert p["left_s"] > 0 and p["windows_planned"] == len(r.plan)
-    page = dash.html_page(dash.model(tmp_path))
+    page = dashpage.html_page(bd.model(tmp_path))
     assert "Running: ab-live" in page and "rounds done 0/2" in page and f"c={w.levels[0]} warmup" in page
     assert "Invalid windows so far" not in page
     bdir = r.run / "blocks" / w.block_id
@@ -270,7 +272,7 @@ def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
     records.write_json(bdir / "block.json", records.BlockRecord(
         block_id=w.block_id, round=0, kind="ab", arm=w.arm, variant=w.variant, status="invalid",
         reason="all 12 measure-phase requests failed: http 503 (12)").to_dict())
-    page = dash.html_page(dash.model(tmp_path))
+    page = dashpage.html_page(bd.model(tmp_path))
     assert f"Invalid windows so far:</p><ul><li>{w.block_id}: all 12 measure-phase requests failed" in page
 
 
@@ -323,7 +325,7 @@ def test_a_preflight_folder(tmp_path):
     p = subprocess.run([sys.executable, "-m", "loadtest.preflight", "--backend", "sim", "--variant", "original",
                         "--out", str(tmp_path / "preflight-1")], cwd=ROOT, capture_output=True, text=True, timeout=200)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    (r,) = dash.model(tmp_path).runs
+    (r,) = bd.model(tmp_path).runs
     assert (r.kind, r.backend_words, r.status, r.arms) == ("preflight", "SIMULATED", "complete", "original")
     assert r.link == "preflight-1/preflight.json" and " pass" in r.notes[0] and r.date
 
@@ -352,7 +354,7 @@ def test_the_served_page_refreshes_itself_in_chromium(tmp_path, monkeypatch):
     writer.start()
     try:
         url = re.search(r"http://127\.0\.0\.1:\d+/", server.stdout.readline()).group(0)
-        wait = f"new Promise(ok => setTimeout(ok, {(dash.REFRESH_S + 3) * 1000}))"
+        wait = f"new Promise(ok => setTimeout(ok, {(dashpage.REFRESH_S + 3) * 1000}))"
         progress = "document.querySelector('.progress').textContent"
         res = browser.inspect(url, tmp_path / "live.png", evaluate=(
             progress, _choose("kind", "A/B"), wait, progress, COUNT_ROWS,

@@ -33,7 +33,7 @@ from loadtest.locust_help import asks_for_our_help
 from tools import browser
 from tools.sim_server import SimServer
 from ttsrecords import records
-from ttsreport import dashboard as dash
+from ttsreport import board as bd
 
 pytestmark = pytest.mark.slow  # Locust and a simulator, each in its own process
 
@@ -117,7 +117,7 @@ def test_server_killed_mid_run_stops_within_seconds_with_the_cause(tmp_path):
     assert man["requests_lines"] == len(recs) and sum(r["ok"] for r in recs) >= 1
     assert "refused" in (run / "index.html").read_text().lower()
     assert "refused" in (run / "summary.md").read_text().lower()
-    (row,) = dash.model(tmp_path).runs
+    (row,) = bd.model(tmp_path).runs
     assert row.status == "failed" and any("refused" in n.lower() for n in row.notes)
 
 
