@@ -86,10 +86,11 @@ $(STAMP): pyproject.toml loadtest/tts_locust_help.pth
 
 venv: $(STAMP)
 
+# --durations: the slowest tests in every CI log, where the 60-minute budget is spent
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # The unit tier on both cores of a 2-core box (pytest-xdist): its tests share no files, ports or processes.
 test-fast: $(STAMP)
