@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 from tts_predictor import metrics as M
-from ttssim import fit, public, virtual
+from ttssim import fit, public, realfit, virtual
 from ttssim.config import load_config
 from ttssim.model import gpu_host_variant_step_s
 
@@ -103,7 +103,7 @@ def write_synthetic_run(root: Path, truth: dict, levels=(1, 4, 8, 16), variants=
 def test_run_fit_recovers_known_step_parameters(tmp_path):
     truth = {"base_ms": 7.0, "per_request_ms": 0.6, "prefill_ms": 4.0}
     write_synthetic_run(tmp_path, truth)
-    res = fit.fit_windows(fit.read_windows(tmp_path))
+    res = realfit.fit_windows(realfit.read_windows(tmp_path))
     got = dict(zip(res.names, res.values, strict=True))
     assert got == pytest.approx(truth, rel=1e-6, abs=1e-9)
 
@@ -200,7 +200,7 @@ def test_run_fit_recovers_known_parameters_from_the_real_simulator(tmp_path):
     block.mkdir(parents=True)
     (block / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in counters))
     (block / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in requests))
-    res = fit.fit_windows(fit.read_windows(tmp_path))
+    res = realfit.fit_windows(realfit.read_windows(tmp_path))
     got = dict(zip(res.names, res.values, strict=True))
     print("recovered from the real simulator:", got)
     assert got["base_ms"] == pytest.approx(truth["base_ms"], rel=0.15)

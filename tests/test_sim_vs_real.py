@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from tools import sim_vs_real
-from ttssim import fit, heldout
+from ttssim import fit, heldout, realfit
 from ttssim.config import load_config
 
 RUN = ROOT / "reports/bench/sim-vs-cpu/real"
@@ -39,15 +39,15 @@ def test_level_restricted_fit_reproduces_the_committed_profile(tmp_path):
 
 def test_fit_has_no_more_unknowns_than_windows():
     """Two windows: base and slope only (a third column would be fitted exactly, to noise)."""
-    windows = [w for w in fit.read_windows(RUN) if w.concurrency in (1, 4)]
+    windows = [w for w in realfit.read_windows(RUN) if w.concurrency in (1, 4)]
     assert len(windows) == 2
-    assert fit.fit_windows(fit.whole_step(windows)).names == ["base_ms", "per_request_ms"]
+    assert realfit.fit_windows(realfit.whole_step(windows)).names == ["base_ms", "per_request_ms"]
 
 
 def test_whole_step_keeps_the_predictor_time_in_the_step():
-    windows = fit.read_windows(RUN)
+    windows = realfit.read_windows(RUN)
     assert all(w.predictor_s > 0 for w in windows)  # the real server's plugin measured it
-    split, whole = fit.fit_windows(windows), fit.fit_windows(fit.whole_step(windows))
+    split, whole = realfit.fit_windows(windows), realfit.fit_windows(realfit.whole_step(windows))
     assert whole.values[0] > split.values[0]
 
 

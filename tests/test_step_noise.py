@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from ttssim import fit, virtual
+from ttssim import fit, realfit, virtual
 from ttssim import model as sim_model
 from ttssim.config import ModelConfig, SimConfig, load_config
 
@@ -60,20 +60,20 @@ def test_virtual_engine_spreads_requests_with_noise_and_not_without():
     runs = virtual.closed_loop(loud, 1, [63], 30, "fixed")
     assert len(runs) == len(virtual.NOISE_SEEDS) and all(len(r.outcomes) == virtual.NOISE_REQUESTS for r in runs)
     e2e = [o.e2e_s for r in runs for o in r.outcomes]
-    assert fit.spread(e2e) > 0.1
+    assert realfit.spread(e2e) > 0.1
     assert runs == virtual.closed_loop(loud, 1, [63], 30, "fixed")  # seeded: the same replay every time
 
 
 def test_quantile_is_nearest_rank():
-    assert [fit.quantile(list(range(1, 11)), q) for q in (0.1, 0.5, 0.9, 1.0)] == [1, 5, 9, 10]
-    assert fit.spread([1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 4.0, 4.0]) == pytest.approx(math.log(2.0))
+    assert [realfit.quantile(list(range(1, 11)), q) for q in (0.1, 0.5, 0.9, 1.0)] == [1, 5, 9, 10]
+    assert realfit.spread([1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 4.0, 4.0]) == pytest.approx(math.log(2.0))
 
 
 def _requests_folder(tmp_path, cfg: SimConfig, levels, n: int, seed: int):
     """A run folder whose requests come from the virtual engine under a known noise (one seed, as one real run)."""
     lines = []
     for c in levels:
-        r = virtual.run(cfg, virtual.Workload(c, n, (63,), c), "fixed", fit.no_host_time, seed=seed)
+        r = virtual.run(cfg, virtual.Workload(c, n, (63,), c), "fixed", realfit.no_host_time, seed=seed)
         lines += [json.dumps({"ok": True, "phase": "measure", "concurrency": c, "ttfa_s": o.ttfa_s, "e2e_s": o.e2e_s,
                               "audio_s": o.frames / 12.5}) for o in r.outcomes]
     (tmp_path / "requests.jsonl").write_text("\n".join(lines) + "\n")
@@ -94,14 +94,14 @@ def test_noise_fit_recovers_a_known_noise(tmp_path, seed):
         step_noise_sd=0.25, step_noise_hold_s=4.0))
     run = _requests_folder(tmp_path, cfg, (1, 4), 200, seed=seed)
     quiet = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, step_noise_sd=0.0, step_noise_hold_s=0.0))
-    told = fit.fit_noise(quiet, run, [1, 4], holds=(4.0,))
+    told = realfit.fit_noise(quiet, run, [1, 4], holds=(4.0,))
     assert told.names == ["step_noise_sd", "step_noise_hold_s"] and told.values[1] == 4.0
     assert told.values[0] == pytest.approx(0.25, abs=0.05)
-    free = fit.fit_noise(quiet, run, [1, 4])
+    free = realfit.fit_noise(quiet, run, [1, 4])
     fitted = fit.with_params(quiet, free.names, free.values)
     def predicted(model, c):
-        return fit.spread([o.e2e_s for r in virtual.closed_loop(model, c, [63], 200, "fixed", fit.no_host_time)
-                           for o in r.outcomes])
+        return realfit.spread([o.e2e_s for r in virtual.closed_loop(model, c, [63], 200, "fixed", realfit.no_host_time)
+                               for o in r.outcomes])
 
     for c in (1, 4):
         assert predicted(fitted, c) == pytest.approx(predicted(cfg, c), abs=0.05), c
@@ -111,4 +111,4 @@ def test_noise_fit_refuses_a_level_with_too_few_requests(tmp_path):
     (tmp_path / "requests.jsonl").write_text(json.dumps({"ok": True, "phase": "measure", "concurrency": 1,
                                                          "ttfa_s": 1.0, "e2e_s": 2.0, "audio_s": 5.04}) + "\n")
     with pytest.raises(ValueError, match="1 measured ok requests at c=1: too few"):
-        fit.fit_noise(load_config(None), tmp_path, [1])
+        realfit.fit_noise(load_config(None), tmp_path, [1])

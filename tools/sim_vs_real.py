@@ -19,7 +19,7 @@ from tts_predictor import metrics as M
 from ttsrecords.paths import ROOT
 from ttsrecords.records import read_requests
 from ttsrecords.samples import stored_total
-from ttssim import fit, heldout, virtual
+from ttssim import fit, heldout, realfit, virtual
 from ttssim.config import load_config
 
 METRICS = ("ttfa_p50", "ttfa_p90", "rtf_p50", "audio_tput", "req_tput", "mean_batch")
@@ -28,7 +28,7 @@ LABELS = {"ttfa_p50": "p50 TTFA s", "ttfa_p90": "p90 TTFA s", "rtf_p50": "p50 RT
 TOLERANCE_PCT = 15.0
 
 
-quantile = fit.quantile  # nearest rank, the same rule for the measured and the simulated requests
+quantile = realfit.quantile  # nearest rank, the same rule for the measured and the simulated requests
 
 
 def closed_loop_rate(c: int, e2e_s: list[float]) -> float:
@@ -72,7 +72,7 @@ def real_levels(run: Path) -> dict[int, dict]:
 def sim_level(cfg, c: int, n: int, frames: list[int]) -> dict:
     """The virtual engine's closed loop at c over the measured lengths (virtual.closed_loop: n requests, or, for a
     profile with host noise, enough requests and seeds that the quantiles are the model's)."""
-    runs = virtual.closed_loop(cfg, c, frames, n, "fixed", fit.no_host_time)
+    runs = virtual.closed_loop(cfg, c, frames, n, "fixed", realfit.no_host_time)
     out = [o for r in runs for o in r.outcomes]
     fps = domain.CODEC_FRAME_RATE_HZ
     audio = [o.frames / fps for o in out]
@@ -147,7 +147,7 @@ def markdown(res: dict, host_load: str) -> str:
               f"mean-1 lognormal factor on the modelled step, held for a stretch of engine time, stands for the "
               f"slow and fast stretches of a shared host; fitted to ln(p90/p50) of TTFA and E2E at the fit levels "
               f"(each over its bootstrap sd): log sd {sd[0]:.3f} +- {sd[1]:.3f}, held {hold[0]:g} s (chosen from "
-              f"{', '.join(f'{h:g}' for h in fit.NOISE_HOLDS_S)} s: a spread that a request's own 63 steps would "
+              f"{', '.join(f'{h:g}' for h in realfit.NOISE_HOLDS_S)} s: a spread that a request's own 63 steps would "
               f"average away needs a hold of about a request's length or more). The simulated quantiles pool "
               f"{len(virtual.NOISE_SEEDS)} seeds x {virtual.NOISE_REQUESTS} requests, so they are the model's; the "
               f"real ones come from 15-54 requests a level and carry their own sampling error (at c=1 the p90 is the "
