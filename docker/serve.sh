@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real vllm-omni server in Docker, one arm at a time: `make serve BACKEND=vllm [DRY_RUN=1]`, the A/B runner's
-# vllm backend and loadtest/experiment.py all come through here, so every docker command is written only in this file.
+# vllm backend and loadtest/launch.py all come through here, so every docker command is written only in this file.
 #
 # Usage: bash docker/serve.sh [--dry-run | --pull-only | --build-only | --fetch-model | --probe-gpu] [--env KEY=VALUE]...
 #                              [-- ARGS]

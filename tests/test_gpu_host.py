@@ -10,6 +10,8 @@ from conftest import ROOT
 
 from loadtest import engine_log
 from loadtest import experiment as ex
+from loadtest.evidence import arm_manifest, compile_cache_state
+from loadtest.launch import dry_run
 from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS, load_voice, speech_payload
 from tts_predictor.domain import MODEL_NAME
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
@@ -105,9 +107,9 @@ def test_every_request_failed_only_when_all_of_them_did():
 
 
 def test_compile_cache_state_reads_serve_sh_line():
-    assert ex.compile_cache_state("x\nserve.sh: compile cache warm: /c/h/img-1\n") == "warm"
-    assert ex.compile_cache_state("serve.sh: compile cache cold: /c\n") == "cold"
-    assert ex.compile_cache_state("ttssim: all stages initialized") is None
+    assert compile_cache_state("x\nserve.sh: compile cache warm: /c/h/img-1\n") == "warm"
+    assert compile_cache_state("serve.sh: compile cache cold: /c\n") == "cold"
+    assert compile_cache_state("ttssim: all stages initialized") is None
 
 
 def test_server_args_may_not_shorten_the_start_up_limits(tmp_path):
@@ -122,7 +124,7 @@ def test_report_marks_a_run_whose_plugin_skipped_its_source_check():
     exp = ex.load_experiment(ROOT / ex.MISSION)
     arm = exp.arms["B"]
     skipped = replace(arm, env=((ENV_SKIP_SOURCE_CHECK, "1"),))
-    man = {"arms": {"A": ex.arm_manifest(exp.arms["A"]), "B": ex.arm_manifest(skipped)}}
+    man = {"arms": {"A": arm_manifest(exp.arms["A"]), "B": arm_manifest(skipped)}}
     assert man["arms"]["A"]["plugin_source_check"] == "on" and man["arms"]["B"]["plugin_source_check"] == "skipped"
     warnings = analysis._warnings({"manifest": man, "blocks": []}, [], [])
     assert len(warnings) == 1 and warnings[0].startswith(f"arm B (fixed) ran with {ENV_SKIP_SOURCE_CHECK}=1")
@@ -131,11 +133,11 @@ def test_report_marks_a_run_whose_plugin_skipped_its_source_check():
 @pytest.mark.slow  # the dry run asks docker/serve.sh (bash) for the start's commands
 def test_nested_dry_run_prints_one_control_file_server_per_start(monkeypatch):
     monkeypatch.setenv("MODEL_REVISION", "0123456789abcdef0123456789abcdef01234567")
-    out = ex.dry_run(ex.mission(), hot_swap=True)
+    out = dry_run(ex.mission(), hot_swap=True)
     assert out.count("docker run -d") == 1 and "tts-vllm-omni:0.16.0-fixed vllm serve" not in out
     assert "-v '<run>/starts/<n>:/run/tts-control:ro'" in out or "-v <run>/starts/<n>:/run/tts-control:ro" in out
     assert "## arm B (fixed): no server of its own, runs as variant fixed inside arm A's starts" in out
-    fresh = ex.dry_run(ex.mission())
+    fresh = dry_run(ex.mission())
     assert fresh.count("docker run -d") == 2 and "<run>/starts/<n>" not in fresh  # design fresh: a server per arm
 
 

@@ -9,7 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import free_port
+from conftest import ROOT, free_port
 
 from loadtest import experiment as ex
 from loadtest import hub
@@ -101,7 +101,7 @@ def _prepare(monkeypatch, pinned: str | None):
         monkeypatch.setenv("MODEL_REVISION", pinned)
     else:
         monkeypatch.delenv("MODEL_REVISION", raising=False)
-    exp = ex.load_experiment(pf.ROOT / ex.MISSION)
+    exp = ex.load_experiment(ROOT / ex.MISSION)
     rep = pf.Report(lines.append)
     calls = []
 

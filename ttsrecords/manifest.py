@@ -79,7 +79,7 @@ class RunManifest:
     created: str | None = None
     started: str | None = None
     experiment: dict[str, Any] | None = None  # path, name, idea, sha256, shorthand, primary_metric, simulated, ...
-    arms: dict[str, Any] | None = None  # per side: what the arm runs (loadtest.experiment.arm_manifest)
+    arms: dict[str, Any] | None = None  # per side: what the arm runs (loadtest.evidence.arm_manifest)
     variants: dict[str, Any] | None = None  # {"A": variant, "B": variant}
     labels: dict[str, Any] | None = None
     confounded: Any = None  # why the arms differ in more than the variant, or None
