@@ -429,7 +429,7 @@ def summarize(run_dir: str | Path, options: Options | None = None) -> tuple[dict
 
 
 def _manifest_arms(man: dict) -> dict:
-    """The manifest's per-arm records (plan.new_run: experiment.arm_manifest); empty for runs that have none."""
+    """The manifest's per-arm records (plan.new_run: evidence.arm_manifest); empty for runs that have none."""
     return man.get("arms") if isinstance(man.get("arms"), dict) else {}
 
 

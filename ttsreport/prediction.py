@@ -106,7 +106,7 @@ def sim_setup(manifest: dict, run_dir: str | Path | None = None) -> dict | None:
     """The simulator config a simulated run used (arm A's), its overrides and its stored fit; None for a real run.
 
     Version 1 and the shorthand runs record `sim_config.path` and `settings.sim_set`; an experiment run records each
-    arm's `sim_config` and `sim_set` (loadtest.experiment.arm_manifest). The profile and its fit are read from the
+    arm's `sim_config` and `sim_set` (loadtest.evidence.arm_manifest). The profile and its fit are read from the
     run folder's copy (ttsrecords.records.sim_profile_copy); a folder written before runs carried one falls back to
     this checkout's file, and `from_checkout` says so."""
     arms = ((manifest.get("experiment") or {}).get("arms") or manifest.get("arms") or {})
