@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import websocket  # websocket-client, pinned in the dev extra
+
+from loadtest.server_process import stop_group
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -136,28 +137,8 @@ def inspect(page: str | Path, screenshot: str | Path, width: int = 1300, timeout
         cdp.ws.close()
         return {"problems": problems, **facts}
     finally:
-        _stop(proc)
+        stop_group(proc, signal.SIGTERM, 10.0)  # the whole session: zygote, renderers, crashpad
         _remove_profile(Path(profile))
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop Chromium and every process it started (they share the session `proc` leads)."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        try:  # the leader is gone; wait a moment for the rest of its group
-            end = time.monotonic() + wait
-            while time.monotonic() < end:
-                os.killpg(proc.pid, 0)
-                time.sleep(0.05)
-        except ProcessLookupError:
-            return
 
 
 def _remove_profile(profile: Path, tries: int = 20) -> None:
