@@ -21,7 +21,8 @@ from ttsreport import __main__ as cli
 from ttsreport import inference as inf
 from ttsreport import render, report
 from ttsreport.analysis import Options, summarize, write_statistics
-from ttsreport.blocks import block_summary, load_run
+from ttsreport.blocks import block_summary
+from ttsreport.runfolder import load_run
 
 
 def report_md(run) -> str:

@@ -148,7 +148,7 @@ def test_report_warns_when_a_level_was_not_primed(tmp_path):
 
     from synthetic_runs import fresh
 
-    from ttsreport.blocks import load_run
+    from ttsreport.runfolder import load_run
 
     run = fresh(tmp_path / "run", rounds=1, aa_rounds=0, levels=(2, 8))
     assert not [w for w in analysis._warnings(load_run(run), [], []) if w.startswith("not primed")]

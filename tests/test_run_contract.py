@@ -350,9 +350,10 @@ def test_nested_until_decided_stops_at_the_right_look(tmp_path):
     assert stop_at == len(looks) - 1  # the run stopped at the first look that said stop
     assert len(starts_of(manifest_windows(man))) == len(looks) == len(list(run.glob("starts/*/start.json")))
     assert len(man["starts"]) == 3  # the planned starts stay as planned
-    from ttsreport.blocks import block_summary, load_run
+    from ttsreport.blocks import block_summary
     from ttsreport.comparison import unit_log_ratios  # replay the rule on the stored units
     from ttsreport.rounds import paired_rounds
+    from ttsreport.runfolder import load_run
 
     data = load_run(run)
     pairs = paired_rounds([block_summary(b, data["starts"].get(b["meta"].get("start"))) for b in data["blocks"]],

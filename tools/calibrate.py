@@ -38,8 +38,9 @@ from scipy import special as sc
 
 from ttsreport import inference as inf
 from ttsreport import rounds as rd
-from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary, load_run
+from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary
 from ttsreport.comparison import compare
+from ttsreport.runfolder import load_run
 
 SCHEMA = "tts-calibration-pools/1"
 KEPT_METRICS = tuple(dict.fromkeys(  # the primary decides; requests/s beside it for the noise table

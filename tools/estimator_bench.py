@@ -24,9 +24,10 @@ import numpy as np
 from loadtest.window_fit import closed_loop_latencies
 from ttsrecords.paths import ROOT
 from ttsreport.analysis import HOST_BUSY_PCT
-from ttsreport.blocks import block_summary, load_run
+from ttsreport.blocks import block_summary
 from ttsreport.inference import compare_rounds
 from ttsreport.rounds import design_of, paired_rounds
+from ttsreport.runfolder import load_run
 
 TRUTH_REQUESTS = 2000
 ESTIMATORS = (("audio_throughput", "audio-s/s, closed loop (new)", True),

@@ -34,13 +34,13 @@ from .blocks import (
     TELEMETRY_FIELDS,
     VERDICT_METRICS,
     block_summary,
-    load_run,
     measure_edges,
     outlived_levels,
     spanning_requests,
 )
 from .comparison import compare, mean_or_none
 from .prediction import model_prediction, prediction, read_micro, sim_setup
+from .runfolder import load_run
 
 DEFAULT_MARGIN_PCT = rs.DEFAULT_MARGIN_PCT
 

@@ -1,4 +1,4 @@
-"""Per-window numbers of a run: loading a run folder and the metrics of each window (block) and level.
+"""Per-window numbers of a run: the metrics of each window (block) and level, from what runfolder.load_run read.
 
 Pure functions over the stored files (ttsrecords.records is their contract; a file of an unknown schema is refused with
 a one-line message); rounds.py pairs the windows and comparison.py compares them. Besides the metric table's values,
@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import math
 import zlib
-from pathlib import Path
 
 import numpy as np
-import yaml
 
 from tts_predictor import metrics as pm
 from ttsrecords import records as rec
-from ttsrecords.manifest import AB_MANIFESTS, read_manifest
 from ttsrecords.measures import METRICS, PRIMARY_METRIC, VERDICT_METRICS, Metric  # noqa: F401 (re-exported)
 from ttsrecords.samples import rows_of, stored_total
 from ttsreport import omni_metrics
@@ -28,94 +25,6 @@ QUANTILE_METRICS = {"e2e_p50": ("e2e_s", 50), "e2e_p90": ("e2e_s", 90), "e2e_p99
                     "ttfa_p50": ("ttfa_s", 50), "rtf_p50": ("rtf", 50), "stream_rtf_p50": ("stream_rtf", 50)}
 TELEMETRY_FIELDS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "power_w", "cpu_pct", "rss_mib", "host_cpu_pct")
 SUMMED_OVER_GPUS = ("mem_used_mib", "power_w")  # per-GPU values that add up; utilisation and clock are averaged
-
-# ----------------------------------------------------------------------------------------------- reading a run
-
-
-def read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
-    """A JSON record file whose schema must be one of `known` (a missing schema field reads as the first)."""
-    try:
-        obj = rec.read_json(path)
-    except ValueError as e:  # json.JSONDecodeError
-        raise ValueError(f"{path}: not JSON ({e})") from None
-    if obj is None:
-        return None
-    if obj.get("schema", known[0]) not in known:
-        raise ValueError(f"{path}: unknown schema {obj.get('schema')!r} (this reader knows "
-                         f"{' or '.join(repr(k) for k in known)})")
-    return obj
-
-
-def _jsonl(path: Path, schema: str, notes: list[str]) -> list[dict]:
-    rows, n = rec.read_jsonl(path, schema)
-    notes += n
-    return rows
-
-
-def load_run(run_dir: str | Path) -> dict:
-    """Manifest, effective scenario, starts, windows (with requests, counters, telemetry) and looks of an A/B run;
-    a single Locust run is seen as one window of arm A. Version-1 runs load too (their later fields read as null)."""
-    run = Path(run_dir)
-    manifest = read_json_checked(run / "manifest.json", rec.RUN_MANIFESTS) or {}
-    if manifest.get("schema") in AB_MANIFESTS:  # the one upgrade of an A/B manifest, here at load time
-        manifest = read_manifest(manifest, str(run / "manifest.json")).to_dict()
-    notes: list[str] = []
-    scenario = _yaml_file(run / "scenario.yaml")
-    starts: dict[int, dict] = {}
-    if (run / "starts").is_dir():
-        for sdir in sorted((run / "starts").iterdir()):
-            s = read_json_checked(sdir / "start.json", (rec.START_SCHEMA,)) if sdir.is_dir() else None
-            if s is not None:
-                starts[int(s["start"])] = s
-    blocks = []
-    block_dirs = sorted((run / "blocks").iterdir()) if (run / "blocks").is_dir() else []
-    synthetic = None
-    if not block_dirs and (run / "requests.jsonl").exists():  # a plain Locust run
-        block_dirs = [run]
-        synthetic = {"block_id": run.name, "round": 0, "kind": "single", "arm": "A", "variant": manifest.get("variant"),
-                     "status": "complete", "reason": None}
-    for bdir in block_dirs:
-        if not bdir.is_dir():
-            continue
-        meta = synthetic or read_json_checked(bdir / "block.json", (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA]))
-        if meta is None:
-            notes.append(f"{bdir.name}: no block.json (block never started) — skipped")
-            continue
-        blocks.append({"meta": meta, "workload": _workload(bdir, scenario),
-                       "requests": _jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA, notes),
-                       "counters": _jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA, notes),
-                       "telemetry": _jsonl(bdir / "telemetry.jsonl", rec.TELEMETRY_SCHEMA, notes)})
-    looks = _jsonl(run / "looks.jsonl", rec.LOOK_SCHEMA, notes)
-    return {"dir": str(run), "manifest": manifest, "scenario": scenario, "starts": starts, "blocks": blocks,
-            "looks": looks, "notes": notes}
-
-
-def _yaml_file(path: Path):
-    """A YAML file's content, None when it is absent; a file that is not YAML is one line of error."""
-    if not path.is_file():
-        return None
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
-
-
-def _workload(bdir: Path, run_scenario: dict | None) -> dict:
-    """The load a window ran: its loop and prompt mix, from the window's own scenario.yaml (else the run's). The
-    closed-loop work rates weigh the prompt buckets by this mix (closed_loop_rates)."""
-    scen = _yaml_file(bdir / "scenario.yaml") or run_scenario
-    scen = scen if isinstance(scen, dict) else {}
-    mix = scen.get("mix") if isinstance(scen.get("mix"), dict) else None
-    phases = scen.get("phases") if isinstance(scen.get("phases"), dict) else {}
-    drains = {}
-    for st in scen.get("steps") or []:
-        st = st if isinstance(st, dict) else {"concurrency": st}
-        d = st.get("drain_s", phases.get("drain_s"))
-        if st.get("concurrency") is not None and d is not None:
-            drains[int(st["concurrency"])] = float(d)
-    return {"loop": scen.get("loop", "closed"),
-            "mix": {str(k): float(v) for k, v in mix.items() if float(v) > 0} if mix else None, "drains": drains}
-
 
 OUTLIVED_TOLERANCE_S = 0.5  # scheduling slack between a phase's end and the next level's first request
 

@@ -21,8 +21,8 @@ from ttsrecords.windows import manifest_windows
 from . import page
 from . import report as rep
 from . import rounds as rd
-from .blocks import read_json_checked
 from .looks import decision_ci
+from .runfolder import read_block_metas, read_json_checked
 
 KINDS = ("A/B", "Locust", "preflight", "benchmark")
 # a backend name as a run records it (manifest backend.name, preflight backend) -> (filter key, words)
@@ -146,17 +146,6 @@ def _arms_identity(man: dict) -> dict:
             for side, v in (man.get("variants") or {}).items()}
 
 
-def _blocks(folder: Path) -> list[dict]:
-    bdir = folder / "blocks"
-    out = []
-    for p in sorted(bdir.iterdir()) if bdir.is_dir() else []:
-        meta = read_json_checked(p / "block.json", (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA])) \
-            if p.is_dir() else None
-        if meta is not None:
-            out.append(meta)
-    return out
-
-
 def status_of(man: dict, blocks: list[dict]) -> str:
     """A run's status from its manifest and windows: running / interrupted / failed / planned as the manifest says;
     a run the manifest calls complete is "partial" when a planned window has no result (failed for good, or never
@@ -208,7 +197,7 @@ def read_ab(folder: Path, root: Path, man: dict) -> Run:
               server=be.get("version") if not vers or be.get("version") in vers else
               f"{be.get('version')} ({', '.join(vers)})")
     run.backend, run.backend_words = _backend(be.get("name"))
-    blocks = _blocks(folder)
+    blocks = read_block_metas(folder)
     run.status = status_of(man, blocks)
     run.invalid = [f"{b.get('block_id')}: {b.get('reason')}" for b in blocks if b.get("status") == "invalid"]
     seq = next((x for x in (man.get(LOOK_LOG), man.get("sequential")) if isinstance(x, dict) and "looks" in x),

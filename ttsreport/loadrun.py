@@ -17,7 +17,8 @@ import numpy as np
 from ttsrecords import records as rec
 from ttsrecords.loadrun import LOAD_MANIFESTS, read_load_manifest
 
-from .blocks import block_summary, load_run
+from .blocks import block_summary
+from .runfolder import load_run
 
 # The knee: from one level to the next, users grew by a factor k and throughput by g; the server still scales while
 # (g - 1) / (k - 1) is at least this share (doubling users adds at least a quarter of the throughput doubling would).

@@ -16,8 +16,9 @@ from ttsrecords import records as rec
 
 from . import rounds as rd
 from .analysis import confidence_of, margin_of, plan_done, primary_of, sequential_of
-from .blocks import block_summary, load_run
+from .blocks import block_summary
 from .comparison import compare_metric, headline_sequential
+from .runfolder import load_run
 
 LOOKS_FILE = "looks.jsonl"
 

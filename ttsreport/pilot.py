@@ -25,7 +25,8 @@ from ttsrecords import records as rec
 from . import inference as inf
 from . import rounds as rd
 from .analysis import confidence_of, primary_of
-from .blocks import block_summary, load_run
+from .blocks import block_summary
+from .runfolder import load_run
 
 PLAN_FILE = "plan.json"
 
