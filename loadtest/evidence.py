@@ -62,7 +62,7 @@ def check_evidence(arm: Arm, server_log_text: str | None, metrics_samples) -> tu
             return False, f"metric {name} is {v:g}, not > 0"
     if ev.sync_signature:
         from tts_predictor import metrics as pm
-        from ttsrecords.records import signature_holds
+        from ttsrecords.outcomes import signature_holds
 
         # the variants that ran calls, and the one the info metric names (a server on a control file names no
         # variant there: its info says "controlled"; labels a plugin creates at zero ran nothing)

@@ -54,6 +54,7 @@ from loadtest.window_check import (
     previous_failures,
     spanning,
 )
+from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
 from ttsrecords.manifest import RUNNER_KEYS, ManifestError, read_manifest
@@ -282,7 +283,7 @@ class Runner:
             tele.stop()
             tele = None
             meta.requests, why = judge(w.variant, bdir)
-            broken = rec.every_request_failed(meta.requests)
+            broken = oc.every_request_failed(meta.requests)
             if broken:
                 raise BrokenStart(f"{broken}: server start {st.record.start} ended, the round reruns")
             why = self._after_load(w, st, bdir, meta, switch, why)

@@ -14,6 +14,7 @@ from pathlib import Path
 from loadtest import experiment as ex
 from loadtest.evidence import check_evidence
 from tts_predictor import metrics as pm
+from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords.samples import rows_of, sample_key
 
@@ -46,8 +47,8 @@ def judge(variant: str | None, bdir: Path) -> tuple[dict, str | None]:
     """A finished window's request outcomes and, if it is invalid, why (ttsrecords.records decides)."""
     requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
     counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
-    outcomes = rec.request_outcomes(requests)
-    return outcomes, rec.load_verdict(variant, outcomes, counters)
+    outcomes = oc.request_outcomes(requests)
+    return outcomes, oc.load_verdict(variant, outcomes, counters)
 
 
 def last_snapshot_rows(counters: list[dict]) -> list:

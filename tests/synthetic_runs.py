@@ -22,6 +22,7 @@ import yaml
 
 from tts_predictor import metrics as pm
 from tts_predictor.domain import CALLS_PER_STEP
+from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
 
@@ -205,7 +206,7 @@ def write_run(run: Path, windows: list[Window], *, levels=(2, 8), design: str = 
                 tel += _telemetry(t, edges["drain"][1], telemetry, rng, lv / max(levels))
             t = edges["drain"][1] + 0.5
         req_rows = [r.to_dict() for r in reqs]
-        outcomes = rec.request_outcomes(req_rows)
+        outcomes = oc.request_outcomes(req_rows)
         block = rec.BlockRecord(block_id, w.round, w.kind, w.arm, w.variant, start=w.start, position=w.position,
                                 levels=lv_order, epoch=10 * i, attempt=0, status=w.status, reason=w.reason,
                                 started="2026-01-01T00:00:00Z", ended="2026-01-01T00:01:00Z",

@@ -18,6 +18,7 @@ from conftest import ROOT, intact_lines
 from loadtest import ab, provenance, runner, scenario, window_check, window_fit
 from loadtest.scenario import load_scenario
 from loadtest.server_process import health
+from ttsrecords import outcomes as oc
 from ttsrecords import records
 from ttsrecords.windows import manifest_windows
 
@@ -209,12 +210,12 @@ def test_a_simulated_experiment_file_hot_swapped_end_to_end_to_a_report(tmp_path
         assert [s.concurrency for s in sc.steps] == w["levels"]
         assert {s.concurrency: s.drain_s for s in sc.steps} == {4: 0, 8: 1}  # --last-drain-s: the last-listed level's
         counters = intact_lines(run / "blocks" / bid / "counters.jsonl")
-        check = records.manipulation_check(w["variant"], counters)
+        check = oc.manipulation_check(w["variant"], counters)
         assert check["ok"] and check["source"] == "count" and check["timing_observed_calls"] == 0, check
         writes = [c for c in counters if c["kind"] == "control"]
         assert [c["epoch"] for c in writes] == [b["epoch"] + k for k in range(1, 5)]
         assert all(c["variant"] == w["variant"] for c in writes)
-        for d in records.deltas(counters, "measure"):
+        for d in oc.deltas(counters, "measure"):
             assert d["variants_moved"] == [w["variant"]] and d["observe_start"] is False
         tele, _ = records.read_jsonl(run / "blocks" / bid / "telemetry.jsonl", records.TELEMETRY_SCHEMA)
         span = b["timing"]["load_s"]
@@ -278,7 +279,7 @@ def test_request_outcomes_and_verdict(tmp_path):
     o, why = window_check.judge("original", bdir)
     assert (o["measure"], o["measure_failed"], o["other"], o["other_failed"]) == (80, 12, 3, 3)
     assert o["measure_errors"] == {"http 503": 10, "stream broken": 2}
-    assert records.request_verdict(o) is None  # failed requests are data: the error rate has its own verdict
+    assert oc.request_verdict(o) is None  # failed requests are data: the error rate has its own verdict
     assert why.startswith("manipulation check failed")  # no counters were written: the variant cannot be verified
     assert window_check.judge(None, bdir)[1] is None  # an arm without the plugin: its evidence check decides
 

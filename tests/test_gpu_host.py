@@ -15,7 +15,7 @@ from loadtest.launch import dry_run
 from loadtest.prompts import CUSTOM_VOICE_MODEL, REQUEST_KINDS, load_voice, speech_payload
 from tts_predictor.domain import MODEL_NAME
 from tts_predictor.plugin import ENV_SKIP_SOURCE_CHECK
-from ttsrecords import records
+from ttsrecords import outcomes as oc
 from ttsreport import analysis
 
 # (line, source): the releases' own lines (engine_log's docstring says where each is logged)
@@ -97,13 +97,13 @@ def test_experiment_request_kind_and_its_model_go_together(tmp_path):
 
 def test_every_request_failed_only_when_all_of_them_did():
     def outcomes(rows):
-        return records.request_outcomes(rows)
+        return oc.request_outcomes(rows)
 
     failing = [{"phase": p, "ok": False, "error": "http 500: boom"} for p in ("warmup", "measure", "measure")]
-    why = records.every_request_failed(outcomes(failing))
+    why = oc.every_request_failed(outcomes(failing))
     assert why.startswith("every one of its 3 requests failed") and "http 500" in why
-    assert records.every_request_failed(outcomes(failing + [{"phase": "warmup", "ok": True}])) is None
-    assert records.every_request_failed(outcomes([])) is None  # nothing ran: the load's own verdict says so
+    assert oc.every_request_failed(outcomes(failing + [{"phase": "warmup", "ok": True}])) is None
+    assert oc.every_request_failed(outcomes([])) is None  # nothing ran: the load's own verdict says so
 
 
 def test_compile_cache_state_reads_serve_sh_line():

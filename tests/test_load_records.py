@@ -9,6 +9,7 @@ import json
 import pytest
 from conftest import ROOT
 
+from ttsrecords.outcomes import block_validity, manipulation_check
 from ttsrecords.records import (
     BLOCK_SCHEMA,
     COUNTERS_SCHEMA,
@@ -23,9 +24,7 @@ from ttsrecords.records import (
     JsonlWriter,
     RequestRecord,
     TelemetrySample,
-    block_validity,
     dumps,
-    manipulation_check,
     parse_request,
     read_jsonl,
     read_requests,
@@ -164,7 +163,7 @@ def test_version_1_lines_still_read():
 
 
 def test_failed_requests_are_data_not_an_invalid_block():
-    from ttsrecords.records import request_outcomes, request_verdict
+    from ttsrecords.outcomes import request_outcomes, request_verdict
 
     rows = [{"phase": "measure", "ok": True}, {"phase": "measure", "ok": False, "error": "http 503: busy"},
             {"phase": "warmup", "ok": False, "error": "http 500"}]

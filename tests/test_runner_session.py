@@ -15,6 +15,7 @@ from loadtest.session import EdgeRunner
 from loadtest.shape import CONFIRM, SNAPSHOT, WRITE, PhaseHold, PhaseTracker, Schedule, count_epoch, edge_actions
 from tts_predictor import metrics as m
 from tts_predictor.control import ControlChannel, ControlFile, write_control
+from ttsrecords import outcomes as oc
 from ttsrecords import records
 from ttsrecords.scenario import parse_scenario
 
@@ -142,7 +143,7 @@ def test_a_window_counts_with_the_observer_and_times_without_it(tmp_path):
         ("count", True, 5, "fixed"), ("warmup", False, 6, "fixed"), ("count", True, 7, "fixed"),
         ("warmup", False, 8, "fixed")]
     assert all(w["schema"] == records.COUNTERS_SCHEMA for w in writes)
-    count, measure = records.deltas(lines, "count"), records.deltas(lines, "measure")
+    count, measure = oc.deltas(lines, "count"), oc.deltas(lines, "measure")
     assert len(count) == len(measure) == 2
     for c in count:
         assert c["observed_calls"] > 0 and c["observe_start"] is True and c["variants_moved"] == ["fixed"]
@@ -153,7 +154,7 @@ def test_a_window_counts_with_the_observer_and_times_without_it(tmp_path):
     for d in measure:
         assert d["observed_calls"] == 0 and d["observe_start"] is False and d["observe_end"] is False
         assert d["epoch_start"] == count_epoch(4, d["step"], False) and d["variant"] == "fixed"
-    check = records.manipulation_check("fixed", lines)
+    check = oc.manipulation_check("fixed", lines)
     assert check["ok"] and check["source"] == "count" and check["timing_observed_calls"] == 0
     assert all(v is not None for v in edges.confirmed.values())
 
@@ -164,7 +165,7 @@ def test_a_hot_swap_switches_at_the_first_count_phase_and_no_window_mixes_varian
     assert (first["variant"], first["epoch"], first["phase"]) == ("vectorized", 21, "count")
     deltas = [ln for ln in lines if ln["kind"] == "delta"]
     assert all(d["variants_moved"] == ["vectorized"] for d in deltas), [d["variants_moved"] for d in deltas]
-    assert records.manipulation_check("vectorized", lines)["ok"]
+    assert oc.manipulation_check("vectorized", lines)["ok"]
     snaps = [ln for ln in lines if ln["kind"] == "snapshot"]
     assert snaps[0]["edge"] == "count_start" and snaps[0]["t"] > first["t"]
     assert snaps[0]["samples"]['tts_predictor_active_variant{variant="vectorized"}'] == 1
@@ -174,7 +175,7 @@ def test_an_idle_server_never_confirms_and_the_window_says_so(tmp_path, caplog):
     lines, edges = run_window(tmp_path, "original", "fixed", idle=True)
     assert edges.confirmed and all(v is None for v in edges.confirmed.values())
     assert "not shown by the server" in caplog.text
-    assert not records.manipulation_check("fixed", lines)["ok"]  # nothing ran: nothing verifies the variant
+    assert not oc.manipulation_check("fixed", lines)["ok"]  # nothing ran: nothing verifies the variant
 
 
 def test_a_count_phase_is_held_open_until_a_stalled_server_makes_a_predictor_call(tmp_path):
@@ -182,14 +183,14 @@ def test_a_count_phase_is_held_open_until_a_stalled_server_makes_a_predictor_cal
     for sub in "ab":
         (tmp_path / sub).mkdir()
     lost, _ = run_window(tmp_path / "a", "fixed", "fixed", stall=(0.0, 20.0))
-    assert not records.manipulation_check("fixed", lost)["ok"]  # without the hold the first window verifies nothing
+    assert not oc.manipulation_check("fixed", lost)["ok"]  # without the hold the first window verifies nothing
     hold = PhaseHold(limit_s=60.0)
     lines, _ = run_window(tmp_path / "b", "fixed", "fixed", stall=(0.0, 20.0), hold=hold)
-    count = records.deltas(lines, "count")
+    count = oc.deltas(lines, "count")
     assert count[0]["observed_calls"] > 0 and count[0]["duration_s"] > 15.0
     assert 17.0 < hold.by_phase[(0, "count")] < 21.0 and (1, "count") not in hold.by_phase  # the second level's count saw calls in time
-    assert records.manipulation_check("fixed", lines)["ok"]
-    measure = records.deltas(lines, "measure")
+    assert oc.manipulation_check("fixed", lines)["ok"]
+    measure = oc.deltas(lines, "measure")
     assert [round(d["duration_s"]) for d in measure] == [5, 5]  # the later phases keep their lengths
 
 
@@ -200,7 +201,7 @@ def test_a_count_hold_is_bounded_and_an_unknown_answer_never_holds(tmp_path):
     lines, _ = run_window(tmp_path / "a", "original", "fixed", idle=True, hold=hold)
     counts = {k: v for k, v in hold.by_phase.items() if k[1] == "count"}
     assert set(counts) == {(0, "count"), (1, "count")} and all(6.0 <= v < 7.5 for v in counts.values()), hold.by_phase
-    assert not records.manipulation_check("fixed", lines)["ok"]
+    assert not oc.manipulation_check("fixed", lines)["ok"]
 
     def down(url, timeout):
         raise OSError("connection refused")

@@ -8,6 +8,7 @@ import pytest
 from conftest import make_run
 
 from tts_predictor.domain import CALLS_PER_STEP, CODEC_FRAME_RATE_HZ
+from ttsrecords import outcomes as oc
 from ttsrecords import records
 from ttsreport.analysis import Options, summarize, write_statistics
 from ttsreport.blocks import closed_loop_rates, level_stats, outlived_levels
@@ -67,9 +68,9 @@ def test_manipulation_check_excludes_block_loudly(tmp_path):
 
 
 def test_missing_counters_fail_the_check():
-    chk = records.manipulation_check("fixed", [])
+    chk = oc.manipulation_check("fixed", [])
     assert not chk["ok"] and "no sync counters" in chk["reason"]
-    ok = records.manipulation_check("original", [{"kind": "delta", "syncs": 2 * 16 + 4 * 2, "observed_calls": 2,
+    ok = oc.manipulation_check("original", [{"kind": "delta", "syncs": 2 * 16 + 4 * 2, "observed_calls": 2,
                                              "observed_tokens": 2 * 16, "variant": "original"}])
     assert ok["ok"], ok
 

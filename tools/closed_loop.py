@@ -5,7 +5,7 @@ when r is even, B then A when odd) and every switch is confirmed by the control 
 the scenario's levels in file order: C user threads, each a closed loop of `loadtest.client.run_request` over its own
 httpx connection on the deterministic prompt sequence of its index (restarted per level, so both windows of a round
 send the same prompts); phases by wall clock: count (the sync observer on: the window's syncs over its observed calls
-on /metrics, judged by `ttsrecords.records.manipulation_check`), warm-up, measure; then the users finish the request
+on /metrics, judged by `ttsrecords.outcomes.manipulation_check`), warm-up, measure; then the users finish the request
 they are in. A window's numbers at a level are `ttsreport.blocks.level_stats` over its records (every ok request
 weighted by its share inside the measure window), the verdict per level `ttsreport.inference.compare_rounds` over
 the rounds: the suite's own definitions, not copies. What it leaves out of `make ab`: Locust, A/A rounds, seeded
@@ -31,8 +31,9 @@ from tts_predictor import metrics as pm
 from tts_predictor.control import write_control
 from tts_predictor.domain import MODEL_NAME
 from ttsrecords.measures import METRICS, PRIMARY_METRIC
+from ttsrecords.outcomes import manipulation_check
 from ttsrecords.paths import ROOT
-from ttsrecords.records import GPU_AB_SCHEMA, RequestRecord, manipulation_check
+from ttsrecords.records import GPU_AB_SCHEMA, RequestRecord
 from ttsrecords.samples import gauge
 from ttsreport.blocks import level_stats
 from ttsreport.inference import compare_rounds

@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 
 from tts_predictor import metrics as pm
-from ttsrecords import records as rec
+from ttsrecords import outcomes as oc
 from ttsrecords.measures import METRICS, PRIMARY_METRIC, VERDICT_METRICS, Metric  # noqa: F401 (re-exported)
 from ttsrecords.samples import rows_of, stored_total
 from ttsreport import omni_metrics
@@ -65,7 +65,7 @@ def _mean(xs) -> float | None:
 
 def _deltas(counters: list[dict]) -> dict[int, dict]:
     """Counter deltas of the measure windows by concurrency level (last one wins if a level was repeated)."""
-    return {int(c["concurrency"]): c for c in rec.deltas(counters, "measure") if c.get("concurrency") is not None}
+    return {int(c["concurrency"]): c for c in oc.deltas(counters, "measure") if c.get("concurrency") is not None}
 
 
 def _snapshots(counters: list[dict], edge: str) -> dict[int, dict]:
@@ -274,7 +274,7 @@ def level_stats(requests: list[dict], delta: dict | None, edges: tuple[float, fl
         "error_rate": _f((n_all - n_ok) / n_all) if n_all else None,
         "audio_s_mean": _f(audio.mean()) if audio.size else None,
         "e2e_mean": _f(e2e.mean()) if e2e.size else None,
-        "errors": rec.error_counts(meas),
+        "errors": oc.error_counts(meas),
     }
     out.update(continuity(ok))
     out["within_var"] = within_variances(ok, seed) if within else None
@@ -373,7 +373,7 @@ def _spans_switch(r: dict, spans: list[tuple[float, float]]) -> bool:
 def _count_sync_ratios(counters: list[dict]) -> dict[int, dict]:
     """Syncs per call / step from the count windows (the observer on; version 2), by level."""
     out = {}
-    for d in rec.deltas(counters, "count"):
+    for d in oc.deltas(counters, "count"):
         if d.get("concurrency") is None:
             continue
         syncs, ocalls, calls, steps = d.get("syncs"), d.get("observed_calls"), d.get("calls"), d.get("steps")
@@ -413,8 +413,8 @@ def block_summary(block: dict, start: dict | None = None, within: bool = True) -
         row["upstream"] = upstream_window(block["counters"], c)
         row["n_spanning"] = sum(1 for r in spanning if r.get("concurrency") == c)
         levels[str(c)] = row
-    check = rec.manipulation_check(meta.get("variant"), block["counters"])
-    why = rec.block_validity(meta, check, measured=bool(levels))
+    check = oc.manipulation_check(meta.get("variant"), block["counters"])
+    why = oc.block_validity(meta, check, measured=bool(levels))
     simulated = any('backend="simulated"' in k for c in block["counters"] if c.get("kind") == "snapshot"
                     for k in (c.get("samples") or {}))
     runner_requests = meta.get("requests") or {}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords.loadrun import NOT_REPORTED, read_load_manifest
 from ttsrecords.manifest import read_manifest
@@ -258,7 +259,7 @@ def read_locust(folder: Path, root: Path, man: dict | None) -> Run:
 def _failure_kinds(path: Path, top: int = 3) -> dict[str, int]:
     """The most frequent kinds of failed request in a Locust run's records (the dashboard's failure reasons)."""
     rows, _ = rec.read_jsonl(path, rec.REQUEST_SCHEMA)
-    return dict(list(rec.error_counts(rows).items())[:top])
+    return dict(list(oc.error_counts(rows).items())[:top])
 
 
 def read_preflight(folder: Path, root: Path) -> Run:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords.loadrun import LOAD_MANIFESTS, read_load_manifest
 
@@ -43,13 +44,13 @@ def _q(x: list[float], p: float) -> float | None:
 
 def failures(requests: list[dict]) -> list[dict]:
     """Failed requests by kind (every phase), most frequent first, each with the server's own texts quoted."""
-    bad = [r for r in requests if not r.get("ok") and not rec.is_cut(r)]  # a drain request cut at its level's end: none
-    kinds = Counter(rec.error_kind(r.get("error")) for r in bad)
+    bad = [r for r in requests if not r.get("ok") and not oc.is_cut(r)]  # a drain request cut at its level's end: none
+    kinds = Counter(oc.error_kind(r.get("error")) for r in bad)
     out = []
     for kind, n in kinds.most_common():
-        texts = Counter(r.get("error") or "unknown error" for r in bad if rec.error_kind(r.get("error")) == kind)
+        texts = Counter(r.get("error") or "unknown error" for r in bad if oc.error_kind(r.get("error")) == kind)
         out.append({"kind": kind, "n": n, "quotes": [{"text": t, "n": k} for t, k in texts.most_common(QUOTES)],
-                    "phases": dict(Counter(r.get("phase") for r in bad if rec.error_kind(r.get("error")) == kind))})
+                    "phases": dict(Counter(r.get("phase") for r in bad if oc.error_kind(r.get("error")) == kind))})
     return out
 
 
@@ -109,7 +110,7 @@ def numbers(run_dir: str | Path) -> dict[str, Any]:
                 "underrun_p90_s", "mean_batch", "syncs_per_call", "window_s", "rate_estimator", "telemetry")},
             "ttfa_p50": _q(ttfa, 50), "ttfa_p90": _q(ttfa, 90), "ttfa_p99": _q(ttfa, 99),
             "stream_rtf_p50": _q(srtf, 50), "stream_rtf_p90": _q(srtf, 90),
-            "all_phases": len(mine), "all_failed": sum(not r.get("ok") and not rec.is_cut(r) for r in mine),
+            "all_phases": len(mine), "all_failed": sum(not r.get("ok") and not oc.is_cut(r) for r in mine),
             "sync": syncs.get(c),
             "e2e_ok": sorted(r["e2e_s"] for r in meas_ok if r.get("e2e_s") is not None),
         })
@@ -120,7 +121,7 @@ def numbers(run_dir: str | Path) -> dict[str, Any]:
         "reason": man.reason if man else None,
         "duration_s": (ended - started) if started and ended else None,
         "levels": levels, "failures": failures(requests), "requests": len(requests),
-        "failed": sum(not r.get("ok") and not rec.is_cut(r) for r in requests),
+        "failed": sum(not r.get("ok") and not oc.is_cut(r) for r in requests),
         "knee": knee(levels) if len(levels) > 1 else None,
         "simulated": bool(block and summary.get("simulated_counters")),
         "notes": run["notes"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from loadtest.scraper import http_get, parse_metrics
 from tts_predictor import metrics as pm
-from ttsrecords.records import signature_holds
+from ttsrecords.outcomes import signature_holds
 from ttsrecords.samples import by_label, gauge, total
 
 
@@ -15,7 +15,7 @@ def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
 
 def sync_signature(before, after, variant: str, epoch: int | None) -> tuple[str, str, str | None]:
     """(status, detail, fix) for one variant's window: epoch confirmed, calls under its label only, syncs over the
-    observed calls equal to metrics.expected_syncs within records.SYNC_TOLERANCE."""
+    observed calls equal to metrics.expected_syncs within outcomes.SYNC_TOLERANCE."""
     names = {n for n, _, _ in after}
     if pm.CALLS not in names:
         return ("fail", "/metrics has no tts_predictor_* series",
