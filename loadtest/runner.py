@@ -134,7 +134,8 @@ class Runner:
         self.progress = progress
         self.scenario = load_scenario(str(run_dir / "scenario.yaml"))
         self.window_s = window_seconds(self.scenario)
-        self.overhead_s = 10.0  # Locust start + shutdown (+ a server start); refined as windows finish
+        self.overhead_s = 10.0  # per window: Locust start + shutdown, a switch; refined as windows finish
+        self.start_cost_s = 10.0  # per server start: ready + stop; refined as starts finish
         self.starts = Starts(run_dir, self.exp, self.arms, self.s["ready_timeout_s"], self._sleep, self.procs)
         self.nvml: Nvml | None | bool = None  # opened once per run (False: NVML did not initialise)
         self.schedule: Schedule | None = None  # the current window's load schedule (its level and phase by time)
@@ -313,7 +314,10 @@ class Runner:
             meta.timing["total_s"] = round(time.monotonic() - t0, 2)
             meta.ended = utc()
             rec.write_json(bdir / "block.json", meta.to_dict())
-            self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s)
+            start_cost = sum(meta.timing.get(k) or 0.0 for k in ("ready_s", "stop_s"))
+            if start_cost:
+                self.start_cost_s = start_cost if "ready_s" in meta.timing else self.start_cost_s
+            self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s - start_cost)
             self.rounds_done = self._rounds_done()
         return meta.to_dict()
 
@@ -383,9 +387,12 @@ class Runner:
 
     def _left_s(self, i: int, elapsed: float, length_s: float) -> float:
         """The run's estimated seconds left: the rest of this window, then the planned windows after it at the
-        window's length plus the overhead measured so far."""
-        left_windows = len(self.plan) - i - 1
-        return max(0.0, length_s - elapsed) + left_windows * (self.window_s + self.overhead_s)
+        window's length plus the per-window overhead measured so far, and the server starts still to come at the
+        last start's ready + stop time (a start's minute is not spread over every window)."""
+        later = list(self.plan)[i + 1:]
+        starts_left = len({x.start for x in later} - {self.plan[i].start})
+        return (max(0.0, length_s - elapsed) + len(later) * (self.window_s + self.overhead_s)
+                + starts_left * self.start_cost_s)
 
     def write_progress(self, state: str, i: int | None = None, w: PlannedWindow | None = None,
                        elapsed: float | None = None, length_s: float | None = None) -> rec.Progress:

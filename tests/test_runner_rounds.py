@@ -278,3 +278,17 @@ def test_the_runner_writes_only_its_own_keys_and_refuses_a_broken_plan(make_runn
     man["plan"][0].pop("arm")
     with pytest.raises(SystemExit, match="manifest.json: plan entry 0: no arm"):
         runner.Runner(r.run, man, progress=lambda line: None)
+
+
+@pytest.mark.parametrize("design", ["swap", "fresh"])
+def test_time_left_counts_a_server_start_once_per_start_not_in_every_window(make_runner, design):
+    """A start's ready + stop time (80 s on the real CPU server) is a cost per start: folded into every window's
+    overhead it tripled the real server's estimate (~144 min shown for a 95 min swap run)."""
+    r = make_runner("--design", design, "--rounds", "3", "--aa-rounds", "0")
+    r.overhead_s, r.start_cost_s = 5.0, 80.0
+    plan = list(r.plan)
+    later = plan[1:]
+    starts_left = len({w.start for w in later} - {plan[0].start})
+    assert starts_left == (0 if design == "swap" else len(plan) - 1)
+    want = (r.window_s - 2.0) + len(later) * (r.window_s + 5.0) + starts_left * 80.0
+    assert r._left_s(0, 2.0, r.window_s) == pytest.approx(want)

@@ -1,9 +1,13 @@
-"""Known-answer calibration of the verdict rule on real A/B runs of the simulator (what is in sample is named).
+"""Known-answer calibration of the verdict rule on real A/B runs, of the simulator or of a real server (what is in
+sample is named).
 
 The rule (ttsreport/inference/, docs/method.md) was designed and tested on synthetic data only
 (reports/bench/verdicts-synthetic.md); nothing here tunes it. A pool is one or more real runs of `loadtest.ab`
-whose arms differ only by a known answer: A/B rounds with a known extra step delay on arm B
-(`--a vectorized --b vectorized --b-sim-set model.extra_step_pct=X`) and interleaved A/A rounds (true ratio 1).
+whose arms differ only by a known answer: A/B rounds with a known slowdown on arm B and interleaved A/A rounds (true
+ratio 1). On the simulator the slowdown is an extra step delay (`--b-sim-set model.extra_step_pct=X`, expected
+throughput ratio about 1/(1+X/100)); on a real server it is the plugin's host delay per build_attn_metadata call
+(`--b-host-delay-us US`), whose expected ratio is the report's own prediction from the window counters
+(ttsreport.prediction: the measured host time per call of each arm x calls per step x steps per request).
 
 The pool is cut into DISJOINT experiments (no round in two of them): k consecutive units each, where a unit is what
 the design's interval is computed over (nested: a server start, with every window pair inside it; fresh and swap: a
@@ -40,6 +44,7 @@ from ttsreport import inference as inf
 from ttsreport import rounds as rd
 from ttsreport.blocks import METRICS, PRIMARY_METRIC, block_summary
 from ttsreport.comparison import compare
+from ttsreport.prediction import prediction
 from ttsreport.runfolder import load_run
 
 SCHEMA = "tts-calibration-pools/1"
@@ -47,6 +52,8 @@ KEPT_METRICS = tuple(dict.fromkeys(  # the primary decides; requests/s beside it
     (PRIMARY_METRIC, "throughput_rps", "audio_throughput", "e2e_p50", "ttfa_p50", "audio_s_mean")))
 CONFIDENCE = 0.95
 MARGIN_PCT = 1.0
+# per window and level, beside the metrics: what ttsreport.prediction needs to predict the known answer's ratio
+PREDICTION_KEYS = ("seconds_per_call", "stall_seconds_per_call", "mean_batch", "e2e_mean", "audio_s_mean")
 LOADAVG_FILE = "loadavg.json"  # optional, written beside a pool run by whoever ran it: {"start": "...", "end": "..."}
 
 
@@ -69,7 +76,7 @@ def pool_record(run_dir: str | Path) -> dict:
         s = block_summary(b, run["starts"].get(b["meta"].get("start")), within=True)
         levels = {}
         for lv, row in s["levels"].items():
-            levels[lv] = {k: _num(row.get(k)) for k in KEPT_METRICS}
+            levels[lv] = {k: _num(row.get(k)) for k in dict.fromkeys(KEPT_METRICS + PREDICTION_KEYS)}
             levels[lv].update(n=row.get("n"), n_error=row.get("n_error"), window_s=_num(row.get("window_s")),
                               n_spanning=row.get("n_spanning"),
                               host_cpu_pct=_num((row.get("telemetry") or {}).get("host_cpu_pct")),
@@ -86,7 +93,8 @@ def pool_record(run_dir: str | Path) -> dict:
         load = json.loads((Path(run_dir) / LOADAVG_FILE).read_text(encoding="utf-8"))
     settings = man.get("settings") or {}
     keep = ("a", "b", "sim_config", "sim_set", "b_sim_set", "design", "rounds", "aa_rounds", "starts",
-            "window_pairs", "settle_s", "phase_overrides", "levels", "last_drain_s", "scenario_set", "scenario")
+            "window_pairs", "settle_s", "phase_overrides", "levels", "last_drain_s", "scenario_set", "scenario",
+            "backend", "b_host_delay_us", "executor", "levels_override")
     ended = man.get("ended")
     if not ended:  # an interrupted run: its wall clock ends with the last window that ended
         ended = max((str(b["meta"].get("ended")) for b in run["blocks"] if b["meta"].get("ended")), default=None)
@@ -94,6 +102,7 @@ def pool_record(run_dir: str | Path) -> dict:
             "started": man.get("started"), "ended": ended, "wall_s": _wall_s(man.get("started"), ended),
             "status": man.get("status"), "command": man.get("command"), "seed": (man.get("seeds") or {}).get("order"),
             "variants": man.get("variants"), "labels": man.get("labels"), "sim_config": man.get("sim_config"),
+            "backend": man.get("backend"),
             "settings": {k: settings.get(k) for k in keep if k in settings}, "host": man.get("host"),
             "design_args": {k: v for k, v in (man.get("design") or {}).items()
                             if k in ("rounds", "aa_rounds", "starts", "window_pairs", "settle_s", "seed")}
@@ -417,8 +426,10 @@ def describe_pool(pool: dict) -> list[str]:
         f"({(wall or 0) / 60:.1f} min wall clock); load average (1, 5, 15 min) at start `{load.get('start', 'not recorded')}`, "
         f"at end `{load.get('end', 'not recorded')}`",
         f"- command: `{cmd}`",
-        f"- arms: A `{(pool.get('labels') or {}).get('A')}`, B `{(pool.get('labels') or {}).get('B')}`; sim config "
-        f"`{(pool.get('sim_config') or {}).get('path')}`; phases {s.get('phase_overrides')}, last drain "
+        f"- arms: A `{(pool.get('labels') or {}).get('A')}`, B `{(pool.get('labels') or {}).get('B')}`; "
+        + (f"sim config `{(pool.get('sim_config') or {}).get('path')}`" if is_simulated(pool) else
+           f"backend `{s.get('backend')}`, executor `{s.get('executor')}`, levels {s.get('levels_override')}")
+        + f"; phases {s.get('phase_overrides')}, last drain "
         f"{s.get('last_drain_s')}, scenario `{s.get('scenario')}`, scenario overrides {s.get('scenario_set')}, design "
         f"{pool.get('design_args')}",
         f"- {len(pool['starts'])} server starts, {len(ws)} windows ({valid} valid), {len(ab)} A/B rounds and {len(aa)} "
@@ -466,13 +477,16 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
     c = res["counts"]
     n_ab = c.get("ab_wrong_direction", [0, 0])[1]
     n_aa = c.get("aa_any_claim", [0, 0])[1]
-    x = ", ".join(pool["settings"].get("b_sim_set") or []) or "none"
     unit = "server starts" if pool["design"] == "nested" else "rounds"
+    sim = is_simulated(pool)
+    where = ("Everything here ran on the **simulator** (ttssim, `configs/sim/default.yaml`: modelled step times around "
+             "the real variant code on CPU)" if sim else
+             f"Everything here ran on a **real server**: {(pool.get('backend') or {}).get('version')}, executor "
+             f"`{pool['settings'].get('executor') or 'default'}`")
     lines = [
-        "# Known-answer calibration of the verdicts on real simulator runs"
+        "# Known-answer calibration of the verdicts on real " + ("simulator runs" if sim else "server runs")
         + (" (in-sample: rounds left out after the fact)" if pool.get("excluded") else ""), "",
-        "Everything here ran on the **simulator** (ttssim, `configs/sim/default.yaml`: modelled step times around the "
-        "real variant code on CPU), through the production path (`python -m loadtest.ab`, Locust, the runner, the "
+        where + ", through the production path (`python -m loadtest.ab`, Locust, the runner, the "
         "statistics). The rule under test (ttsreport/inference/, docs/method.md) was designed and checked on "
         "synthetic data only (reports/bench/verdicts-synthetic.md: thousands of experiments per cell, which is where "
         "its error rates are known precisely); it was **not tuned on this pool**. This pool checks that the rule "
@@ -488,10 +502,7 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         "## Commands", "", "```",
         *[" ".join(p.get("command") or []) for p in pools], *commands, "```", "",
         "## The pool", "", *[ln for p in pools for ln in describe_pool(p)], "",
-        f"Known answers: A/A rounds (both windows arm A: true ratio 1) interleaved at seeded random positions; A/B "
-        f"rounds with `{x}` on arm B. That delay lengthens every talker step by that share; a request's latency also "
-        "holds parts that are not steps (code2wav of the last chunk, HTTP), so the throughput ratio it causes is only "
-        "approximately 1/(1+X/100); the realised ratio is measured below and used as the known value.", "",
+        known_answer_text(pool), "",
         f"Experiments: the pool is cut into disjoint experiments (no round in two of them). A/B: **k = {k} "
         f"consecutive {unit}** each (in a nested design the start is the unit of the interval, so an experiment takes "
         f"whole starts with every window pair inside them). A/A: **{res['k_aa']} consecutive A/A rounds** each, the "
@@ -505,15 +516,16 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         "%). They can reveal a gross failure of the rule on real data, not confirm a 5 % error rate to a point; that "
         "is the synthetic benchmark's job.", "",
         "## Realised effect (whole pool)", "",
-        f"| level | {METRICS[PRIMARY_METRIC].label} B/A (A/B rounds, 95 % CI over {unit}) | nominal 1/(1+X) | "
+        f"| level | {METRICS[PRIMARY_METRIC].label} B/A (A/B rounds, 95 % CI over {unit}) | "
+        + ("nominal 1/(1+X)" if _x_pct(pool) is not None else "predicted (counters)") + " | "
         f"A/A {METRICS[PRIMARY_METRIC].label} ratio | "
         "p50 latency B/A | units |", "|---|---|---|---|---|---|",
     ]
-    xpct = _x_pct(pool)
     for lv in levels:
         pr, pa, pl = res["pool_ratio"][lv], res["pool_ratio_aa"][lv], res["pool_latency_ratio"][lv]
+        want = predicted_ratio(pool, lv)
         lines.append(f"| c={lv} | {_fmt_ratio(pr)} | "
-                     + (f"×{1 / (1 + xpct / 100):.4f}" if xpct is not None else "n/a")
+                     + (f"×{want:.4f}" if want is not None else "n/a")
                      + f" | {_fmt_ratio(pa)} | {_fmt_ratio(pl)} | {pr['n']} ({pr['n_rounds']} rounds) |")
     lines += ["", "## Rates (disjoint experiments, Wilson 95 % intervals)", "",
               "\"met\": the whole Wilson interval lies on the target's side; \"not shown to violate\": the interval "
@@ -635,10 +647,51 @@ def assumptions_lines(res: dict) -> list[str]:
 def expected_word(pool: dict, levels: list[str]) -> str:
     """The verdict the known answer calls for: "slower" under a known delay on B; without one (a real change, such as
     original vs fixed) the direction of the whole pool's realised ratio at the first level."""
-    if (_x_pct(pool) or 0.0) > 0:
+    if (_x_pct(pool) or 0.0) > 0 or (_host_delay_us(pool) or 0.0) > 0:
         return "slower"
     r = pooled_ratio(pool, levels[0]).get("ratio") if levels else None
     return "faster" if r is not None and r > 1.0 else "slower"
+
+
+def is_simulated(pool: dict) -> bool:
+    """A pool of the simulator (every pool before real-server pools recorded their backend was one)."""
+    return bool((pool.get("backend") or {}).get("simulated", True))
+
+
+def _host_delay_us(pool: dict) -> float | None:
+    x = pool["settings"].get("b_host_delay_us")
+    return float(x) if x else None
+
+
+def predicted_ratio(pool: dict, level: str) -> float | None:
+    """The throughput ratio B/A the known answer predicts at a level: 1/(1+X/100) for the simulator's extra step
+    delay; for a host delay, the report's own prediction from the A/B windows' counters (ttsreport.prediction)."""
+    xpct = _x_pct(pool)
+    if xpct is not None:
+        return 1 / (1 + xpct / 100)
+    if _host_delay_us(pool) is None:
+        return None
+    windows = summaries_of(pool, {r for r in pairs_of(pool, "ab")})
+    arm = {x: [w for w in windows if w["arm"] == x and w["valid"] and level in w["levels"]] for x in ("A", "B")}
+    p = prediction(level, arm["A"], arm["B"], pool.get("variants") or {}, None)
+    return None if p.get("throughput_diff_pct") is None else 1 + p["throughput_diff_pct"] / 100
+
+
+def known_answer_text(pool: dict) -> str:
+    """One paragraph: what arm B carried and what ratio that predicts."""
+    head = ("Known answers: A/A rounds (both windows arm A: true ratio 1) interleaved at seeded random positions; "
+            "A/B rounds with ")
+    if _host_delay_us(pool) is not None:
+        return (head + f"the plugin's host delay of {_host_delay_us(pool):g} us per build_attn_metadata call on arm B "
+                "(a fixed busy wait inside the real code predictor, counted in tts_predictor_host_delay_calls_total). "
+                "Its predicted throughput ratio is the report's own prediction from the A/B windows' counters "
+                "(ttsreport.prediction: measured host seconds per call of each arm x 15 calls per step x frames per "
+                "request, against A's mean latency); the realised ratio is measured below and used as the known "
+                "value.")
+    x = ", ".join(pool["settings"].get("b_sim_set") or []) or "none"
+    return (head + f"`{x}` on arm B. That delay lengthens every talker step by that share; a request's latency also "
+            "holds parts that are not steps (code2wav of the last chunk, HTTP), so the throughput ratio it causes is "
+            "only approximately 1/(1+X/100); the realised ratio is measured below and used as the known value.")
 
 
 def _x_pct(pool: dict) -> float | None:
