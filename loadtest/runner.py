@@ -58,6 +58,7 @@ from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords import runsettings as rs
 from ttsrecords.manifest import RUNNER_KEYS, ManifestError, read_manifest
+from ttsrecords.progress import PROGRESS_FILE, Progress
 from ttsrecords.windows import (
     PlannedWindow,
     last_of_start,
@@ -395,13 +396,13 @@ class Runner:
                 + starts_left * self.start_cost_s)
 
     def write_progress(self, state: str, i: int | None = None, w: PlannedWindow | None = None,
-                       elapsed: float | None = None, length_s: float | None = None) -> rec.Progress:
-        """Replace <run>/progress.json (ttsrecords.records.Progress): what the console line says, for the dashboard."""
+                       elapsed: float | None = None, length_s: float | None = None) -> Progress:
+        """Replace <run>/progress.json (ttsrecords.progress.Progress): what the console line says, for the dashboard."""
         plan = self.plan
         ph = self.schedule.at(elapsed) if self.schedule is not None and elapsed is not None else None
         if i is not None and elapsed is None:
             elapsed, length_s = 0.0, self.window_s + (self.design.get("settle_s") or 0.0)
-        p = rec.Progress(
+        p = Progress(
             t=round(time.time(), 3), state=state, status=self.log.status,
             rounds_done=self.rounds_done, rounds_planned=len({x.round for x in plan}), windows_planned=len(plan),
             round=None if w is None else w.round, kind=None if w is None else w.kind,
@@ -412,7 +413,7 @@ class Runner:
             elapsed_s=None if elapsed is None else round(elapsed, 1),
             length_s=None if length_s is None else round(length_s, 1),
             left_s=None if i is None else round(self._left_s(i, elapsed, length_s), 1))
-        rec.write_json(self.run / rec.PROGRESS_FILE, p.to_dict())
+        rec.write_json(self.run / PROGRESS_FILE, p.to_dict())
         self._progress_t = time.monotonic()
         return p
 

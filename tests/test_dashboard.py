@@ -21,7 +21,7 @@ from loadtest import ab, plan, provenance, runner, scenario
 from loadtest.scenario import load_scenario
 from loadtest.shape import Schedule
 from tools import browser
-from ttsrecords import records
+from ttsrecords import progress, records
 from ttsrecords.runsettings import LOOK_LOG
 from ttsreport import board as bd
 from ttsreport import dashboard as dash
@@ -277,9 +277,9 @@ def test_progress_written_by_the_runner_reads_back(tmp_path, monkeypatch):
 
 
 def test_a_progress_file_of_another_format_is_refused(tmp_path):
-    (tmp_path / records.PROGRESS_FILE).write_text(json.dumps({"schema": "tts-progress/0", "state": "load"}))
+    (tmp_path / progress.PROGRESS_FILE).write_text(json.dumps({"schema": "tts-progress/0", "state": "load"}))
     with pytest.raises(ValueError, match="unknown schema"):
-        records.read_progress(tmp_path)
+        progress.read_progress(tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------- slow
@@ -420,7 +420,7 @@ def test_served_on_loopback_and_live_while_the_runner_writes(tmp_path):
         assert "Running: live" not in final and "<b>live</b>" in final
         assert "st-complete'>complete" in final and "live/index.html" in final
         assert httpx.get(url.group(0) + "live/index.html", timeout=10).status_code == 200
-        assert records.read_progress(root / "live").state == "ended"
+        assert progress.read_progress(root / "live").state == "ended"
     finally:
         for p in (ab_run, server):
             if p is not None and p.poll() is None:
@@ -433,4 +433,4 @@ def test_the_progress_file_is_the_documented_one():
     fields = re.search(r"`progress.json` \(`\"(tts-progress/\d+)\"`, `Progress`: `([^`]+)`", doc)
     assert fields and fields.group(1) == records.PROGRESS_SCHEMA
     names = [re.sub(r"\s*\(.*", "", f).strip() for f in re.sub(r"\([^)]*\)", "", fields.group(2)).split(",")]
-    assert names == list(records.PROGRESS_FIELDS)
+    assert names == list(progress.PROGRESS_FIELDS)

@@ -73,6 +73,23 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+def _from_flat(cls: type, d: Any, what: str, **converted: Any) -> Any:
+    """A record of `cls` from its parsed JSON object (the inverse of its to_dict): fields it lacks that have a
+    default read as that default (a version-1 line), a missing required field or a non-object is one ValueError;
+    `converted` replaces fields whose JSON form differs (a list that the record keeps as a tuple)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{what}: not a JSON object")
+    missing = [f.name for f in fields(cls)
+               if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
+    if missing:
+        raise ValueError(f"{what} lacks fields {missing}")
+    try:
+        return cls(**{n: d[n] for n in _field_names(cls) if n in d and n != "schema"}
+                   | {k: v for k, v in converted.items() if k in d})
+    except TypeError as e:
+        raise ValueError(f"{what}: {e}") from None
+
+
 def _flat(record: Any) -> dict[str, Any]:
     """A flat record's fields in declaration order, the values themselves: the same dict as `asdict` for fields that
     hold scalars, without its deep copy of every value (most of the cost of writing a line, once per request)."""
@@ -113,9 +130,12 @@ class RequestRecord:
         d = _flat(self)
         return {"schema": d.pop("schema"), **d}
 
+    @classmethod
+    def from_dict(cls, d: Any) -> RequestRecord:
+        return request_from_dict(d)
+
 
 REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
-REQUEST_REQUIRED = tuple(f.name for f in fields(RequestRecord) if f.default is MISSING)
 
 
 @dataclass(frozen=True)
@@ -135,6 +155,10 @@ class CounterSnapshot:
         d = _flat(self)
         d["samples"] = dict(self.samples)  # names to floats: a shallow copy is a full one
         return {"schema": COUNTERS_SCHEMA, "kind": "snapshot", **d}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> CounterSnapshot:
+        return _from_flat(cls, d, "counter snapshot")
 
 
 @dataclass(frozen=True)
@@ -183,6 +207,11 @@ class CounterDelta:
         d["variants_moved"] = list(d["variants_moved"] or ())
         return {"schema": COUNTERS_SCHEMA, "kind": "delta", **d}
 
+    @classmethod
+    def from_dict(cls, d: Any) -> CounterDelta:
+        moved = tuple(d.get("variants_moved") or ()) if isinstance(d, dict) else ()
+        return _from_flat(cls, d, "counter delta", variants_moved=moved)
+
 
 @dataclass(frozen=True)
 class ControlWrite:
@@ -200,6 +229,10 @@ class ControlWrite:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": COUNTERS_SCHEMA, "kind": "control", **_flat(self)}
 
+    @classmethod
+    def from_dict(cls, d: Any) -> ControlWrite:
+        return _from_flat(cls, d, "control write")
+
 
 @dataclass(frozen=True)
 class ControlConfirm:
@@ -216,6 +249,10 @@ class ControlConfirm:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": COUNTERS_SCHEMA, "kind": "confirm", **_flat(self)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ControlConfirm:
+        return _from_flat(cls, d, "control confirm")
 
 
 @dataclass(frozen=True)
@@ -239,6 +276,10 @@ class TelemetrySample:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": TELEMETRY_SCHEMA, **_flat(self)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TelemetrySample:
+        return _from_flat(cls, d, "telemetry sample")
 
 
 @dataclass
@@ -276,6 +317,10 @@ class BlockRecord:
             del d["requests"]
         return d
 
+    @classmethod
+    def from_dict(cls, d: Any) -> BlockRecord:
+        return _from_flat(cls, d, "block.json")
+
 
 @dataclass
 class StartRecord:
@@ -299,65 +344,9 @@ class StartRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": START_SCHEMA, **asdict(self)}
 
-
-PROGRESS_FILE = "progress.json"
-PROGRESS_STATES = ("starting", "load", "look", "ended")
-
-
-@dataclass(frozen=True)
-class Progress:
-    """<run>/progress.json: where a running A/B run stands, the numbers of the runner's console line (rounds, window,
-    phase, time left), replaced atomically every few seconds while it runs and once when it ends. Everything else a
-    live view shows (windows judged invalid, sequential looks) is in the run's own files already.
-
-    state: "starting" (a window's server start or preparation), "load" (Locust runs the window), "look" (the
-    sequential rule after a round), "ended" (the run stopped: `status` says how). level / phase: where the window's
-    schedule stands by its own clock since Locust was launched (Locust's start-up makes it lead by a few seconds;
-    None once that schedule is over while Locust still stops)."""
-
-    t: float  # epoch seconds of this update
-    state: str  # PROGRESS_STATES
-    status: str  # the run's status: running | complete | interrupted | failed
-    rounds_done: int  # rounds whose windows are all done (complete or invalid)
-    rounds_planned: int
-    windows_planned: int
-    round: int | None = None  # the current round (0-based, as in block ids)
-    kind: str | None = None  # "ab" | "aa"
-    window: int | None = None  # the current window, 1-based position in the plan
-    block_id: str | None = None
-    arm: str | None = None
-    label: str | None = None  # what the window runs (variant or arm label)
-    level: int | None = None  # concurrency the window's schedule is at
-    phase: str | None = None  # PHASES
-    elapsed_s: float | None = None  # of the window's load
-    length_s: float | None = None  # the window's scheduled length
-    left_s: float | None = None  # estimated seconds left in the run (the console's estimate)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": PROGRESS_SCHEMA, **asdict(self)}
-
-
-PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
-
-
-def read_progress(run_dir: str | os.PathLike) -> Progress | None:
-    """<run>/progress.json as a Progress (None: the file does not exist, e.g. a run of an older runner); refuse an
-    unknown schema or a state outside PROGRESS_STATES (ValueError naming the file)."""
-    path = Path(run_dir) / PROGRESS_FILE
-    try:
-        obj = read_json(path)
-    except ValueError as e:
-        raise ValueError(f"{path}: not JSON ({e})") from None
-    if obj is None:
-        return None
-    if obj.get("schema") != PROGRESS_SCHEMA:
-        raise ValueError(f"{path}: unknown schema {obj.get('schema')!r} (this reader knows {PROGRESS_SCHEMA!r})")
-    if obj.get("state") not in PROGRESS_STATES:
-        raise ValueError(f"{path}: state {obj.get('state')!r} is not one of {list(PROGRESS_STATES)}")
-    try:
-        return Progress(**{k: obj[k] for k in PROGRESS_FIELDS if k in obj})
-    except TypeError as e:
-        raise ValueError(f"{path}: {e}") from None
+    @classmethod
+    def from_dict(cls, d: Any) -> StartRecord:
+        return _from_flat(cls, d, "start.json")
 
 
 # --- reading and writing -----------------------------------------------------------------------------------------
@@ -398,10 +387,20 @@ def request_from_dict(obj: dict[str, Any]) -> RequestRecord:
     schema = obj.get("schema")
     if schema not in (REQUEST_SCHEMA, *LEGACY[REQUEST_SCHEMA]):
         raise ValueError(f"unknown request record schema {schema!r} (expected {REQUEST_SCHEMA!r})")
-    missing = [name for name in REQUEST_REQUIRED if name not in obj]
-    if missing:
-        raise ValueError(f"request record lacks fields {missing}")
-    return RequestRecord(**{name: obj[name] for name in REQUEST_FIELDS if name in obj and name != "schema"})
+    return _from_flat(RequestRecord, obj, "request record")
+
+
+CounterLine = CounterSnapshot | CounterDelta | ControlWrite | ControlConfirm
+COUNTER_LINE_TYPES: dict[str, type] = {"snapshot": CounterSnapshot, "delta": CounterDelta, "control": ControlWrite,
+                                       "confirm": ControlConfirm}
+
+
+def counter_line_from_dict(obj: Any) -> CounterLine:
+    """One counters.jsonl line as the record its `kind` names (a line of another kind is one ValueError)."""
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if kind not in COUNTER_LINE_TYPES:
+        raise ValueError(f"counters line of unknown kind {kind!r} (known: {', '.join(COUNTER_LINE_TYPES)})")
+    return COUNTER_LINE_TYPES[kind].from_dict(obj)
 
 
 def parse_request(line: str) -> RequestRecord:

@@ -16,6 +16,8 @@ from ttsrecords import outcomes as oc
 from ttsrecords import records as rec
 from ttsrecords.loadrun import NOT_REPORTED, read_load_manifest
 from ttsrecords.manifest import read_manifest
+from ttsrecords.progress import read_progress
+from ttsrecords.runfolder import read_blocks
 from ttsrecords.runsettings import LOOK_LOG
 from ttsrecords.windows import manifest_windows
 
@@ -23,7 +25,7 @@ from . import page
 from . import report as rep
 from . import rounds as rd
 from .looks import decision_ci
-from .runfolder import read_block_metas, read_json_checked
+from .runfolder import read_json_checked
 
 KINDS = ("A/B", "Locust", "preflight", "benchmark")
 # a backend name as a run records it (manifest backend.name, preflight backend) -> (filter key, words)
@@ -147,25 +149,25 @@ def _arms_identity(man: dict) -> dict:
             for side, v in (man.get("variants") or {}).items()}
 
 
-def status_of(man: dict, blocks: list[dict]) -> str:
+def status_of(man: dict, blocks: list[rec.BlockRecord]) -> str:
     """A run's status from its manifest and windows: running / interrupted / failed / planned as the manifest says;
     a run the manifest calls complete is "partial" when a planned window has no result (failed for good, or never
     run), else "complete". Invalid windows are listed beside the status, not folded into it."""
     st = man.get("status") or "complete"
     if st != "complete":
         return st
-    done = {b.get("block_id") for b in blocks if b.get("status") in ("complete", "invalid")}
+    done = {b.block_id for b in blocks if b.status in ("complete", "invalid")}
     planned = [w.block_id for w in manifest_windows(man)]
     return "partial" if any(b not in done for b in planned) else "complete"
 
 
-def _live(folder: Path, man: dict, blocks: list[dict]) -> dict:
+def _live(folder: Path, man: dict, blocks: list[rec.BlockRecord]) -> dict:
     """A running run: the runner's progress.json, its sequential looks so far, and its windows by status."""
-    prog = rec.read_progress(folder)
+    prog = read_progress(folder)
     looks, _ = rec.read_jsonl(folder / "looks.jsonl", rec.LOOK_SCHEMA)
     by: dict[str, int] = {}
     for b in blocks:
-        by[b.get("status")] = by.get(b.get("status"), 0) + 1
+        by[b.status] = by.get(b.status, 0) + 1
     seq = (man.get("design") or {}).get("sequential")
     return {"progress": None if prog is None else prog.to_dict(), "windows": by,
             "windows_planned": len(manifest_windows(man)),
@@ -198,9 +200,9 @@ def read_ab(folder: Path, root: Path, man: dict) -> Run:
               server=be.get("version") if not vers or be.get("version") in vers else
               f"{be.get('version')} ({', '.join(vers)})")
     run.backend, run.backend_words = _backend(be.get("name"))
-    blocks = read_block_metas(folder)
+    blocks = read_blocks(folder)
     run.status = status_of(man, blocks)
-    run.invalid = [f"{b.get('block_id')}: {b.get('reason')}" for b in blocks if b.get("status") == "invalid"]
+    run.invalid = [f"{b.block_id}: {b.reason}" for b in blocks if b.status == "invalid"]
     seq = next((x for x in (man.get(LOOK_LOG), man.get("sequential")) if isinstance(x, dict) and "looks" in x),
                {})  # the runner's look log (folders written before it had its own key kept it under "sequential")
     if seq.get("stopped"):

@@ -8,7 +8,7 @@ The page is a pure function of the run folders: it reads each run's own files th
 block.json and looks through ttsrecords.records, the statistics through ttsreport.report.load, which also gives the
 headline cards) and computes no statistic. A folder that cannot be read is listed with the reason, never dropped.
 `--serve` serves the page on 127.0.0.1 only, rebuilt on every request, and the page re-reads itself every few seconds,
-so a running A/B run shows its progress (the runner's progress.json, ttsrecords.records.Progress). Bad input: one
+so a running A/B run shows its progress (the runner's progress.json, ttsrecords.progress.Progress). Bad input: one
 line on stderr, exit 2.
 """
 

@@ -1,10 +1,11 @@
-"""Loading a run folder: the one reader of its files (manifest, scenario, starts, every window's block.json with
-its requests, counters and telemetry, the sequential looks), each refused in one line when its schema is unknown.
+"""Loading a run folder for the statistics: the manifest (upgraded once), the scenario, the starts, every window with
+its requests, counters and telemetry, the sequential looks; each file refused in one line when its schema is unknown.
 
-blocks.py computes each window's numbers from what this returns; the dashboard (board.py) reads block.json through
-it too. A plain Locust run is seen as one window of arm A; version-1 runs load with their later fields as null.
+The files of a window and of a start are read by ttsrecords.runfolder, the one reader, into typed records; this
+module hands them on as dicts (`to_dict`) because blocks.py and the analysis still read dicts, until they move to the
+records (docs/architecture.md, "Typed reading"). A plain Locust run is seen as one window of arm A; version-1 runs
+load with their later fields at their defaults.
 """
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from ttsrecords import records as rec
+from ttsrecords import runfolder as typed
 from ttsrecords.manifest import AB_MANIFESTS, read_manifest
 
 
@@ -29,18 +31,6 @@ def read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
     return obj
 
 
-def read_block_meta(bdir: Path) -> dict | None:
-    """A window's block.json (the current schema or a legacy one); None when the window never started."""
-    return read_json_checked(bdir / "block.json", (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA]))
-
-
-def read_block_metas(run: Path) -> list[dict]:
-    """Every window's block.json of a run folder, in block order (windows that never started left out)."""
-    bdir = run / "blocks"
-    metas = (read_block_meta(p) for p in sorted(bdir.iterdir()) if p.is_dir()) if bdir.is_dir() else ()
-    return [m for m in metas if m is not None]
-
-
 def _jsonl(path: Path, schema: str, notes: list[str]) -> list[dict]:
     rows, n = rec.read_jsonl(path, schema)
     notes += n
@@ -56,30 +46,25 @@ def load_run(run_dir: str | Path) -> dict:
         manifest = read_manifest(manifest, str(run / "manifest.json")).to_dict()
     notes: list[str] = []
     scenario = _yaml_file(run / "scenario.yaml")
-    starts: dict[int, dict] = {}
-    if (run / "starts").is_dir():
-        for sdir in sorted((run / "starts").iterdir()):
-            s = read_json_checked(sdir / "start.json", (rec.START_SCHEMA,)) if sdir.is_dir() else None
-            if s is not None:
-                starts[int(s["start"])] = s
+    starts = {n: s.to_dict() for n, s in typed.read_starts(run).items()}
     blocks = []
     block_dirs = sorted((run / "blocks").iterdir()) if (run / "blocks").is_dir() else []
-    synthetic = None
-    if not block_dirs and (run / "requests.jsonl").exists():  # a plain Locust run
-        block_dirs = [run]
-        synthetic = {"block_id": run.name, "round": 0, "kind": "single", "arm": "A", "variant": manifest.get("variant"),
-                     "status": "complete", "reason": None}
-    for bdir in block_dirs:
-        if not bdir.is_dir():
-            continue
-        meta = synthetic or read_block_meta(bdir)
-        if meta is None:
+    if not block_dirs and (run / "requests.jsonl").exists():  # a plain Locust run: one window of arm A
+        meta = {"block_id": run.name, "round": 0, "kind": "single", "arm": "A", "variant": manifest.get("variant"),
+                "status": "complete", "reason": None}
+        blocks.append({"meta": meta, "workload": _workload(run, scenario),
+                       "requests": _jsonl(run / "requests.jsonl", rec.REQUEST_SCHEMA, notes),
+                       "counters": _jsonl(run / "counters.jsonl", rec.COUNTERS_SCHEMA, notes),
+                       "telemetry": _jsonl(run / "telemetry.jsonl", rec.TELEMETRY_SCHEMA, notes)})
+    for bdir in (d for d in block_dirs if d.is_dir()):
+        w = typed.read_window(bdir, notes)  # the one reader of a window's files; dicts below until callers move
+        if w is None:
             notes.append(f"{bdir.name}: no block.json (block never started) — skipped")
             continue
-        blocks.append({"meta": meta, "workload": _workload(bdir, scenario),
-                       "requests": _jsonl(bdir / "requests.jsonl", rec.REQUEST_SCHEMA, notes),
-                       "counters": _jsonl(bdir / "counters.jsonl", rec.COUNTERS_SCHEMA, notes),
-                       "telemetry": _jsonl(bdir / "telemetry.jsonl", rec.TELEMETRY_SCHEMA, notes)})
+        blocks.append({"meta": w.meta.to_dict(), "workload": _workload(bdir, scenario),
+                       "requests": [r.to_dict() for r in w.requests],
+                       "counters": [c.to_dict() for c in w.counters],
+                       "telemetry": [t.to_dict() for t in w.telemetry]})
     looks = _jsonl(run / "looks.jsonl", rec.LOOK_SCHEMA, notes)
     return {"dir": str(run), "manifest": manifest, "scenario": scenario, "starts": starts, "blocks": blocks,
             "looks": looks, "notes": notes}
