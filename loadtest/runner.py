@@ -269,7 +269,8 @@ class Runner:
             window_scenario(self.scenario, w.order, bdir / "scenario.yaml", count=count, settle_s=settle,
                             block_id=w.block_id)
             self.schedule = Schedule(load_scenario(str(bdir / "scenario.yaml")), count=count)
-            tele = Telemetry(bdir / "telemetry.jsonl", st.server.proc.pid, nvml=self.nvml or None).start()
+            tele = Telemetry(bdir / "telemetry.jsonl", st.server.proc.pid, nvml=self.nvml or None,
+                             suite_pid=os.getpid() if self.s.get("backend") in ("sim", "vllm-cpu") else None).start()
             with open(bdir / "locust.log", "wb") as log:
                 locust = subprocess.Popen(
                     locust_cmd(bdir, st.url, w.variant, st.control, meta.epoch, self.s.get("request_timeout_s"),

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -186,17 +187,29 @@ class HostCpu:
         return TelemetrySample(t=t, source="host", host_cpu_pct=pct)
 
 
+def other_cpu_pct(host_busy_pct: float | None, cpus: int, suite_cpu_pct: float | None) -> float | None:
+    """CPU the rest of the box used, % of one core: the host's busy share of all its CPUs, less what the suite's own
+    process tree used over the same interval (never below 0: the two are read a moment apart)."""
+    if host_busy_pct is None or suite_cpu_pct is None:
+        return None
+    return max(0.0, host_busy_pct * cpus - suite_cpu_pct)
+
+
 class Telemetry:
     """`with Telemetry(path, pid): ...` samples every interval_s on a thread: one sample at the start, one at the
-    stop, and the ones in between; every line flushed."""
+    stop, and the ones in between; every line flushed. With `suite_pid` (the runner's own pid, where the server is
+    its child: the simulator and the real CPU server) the host line also says what other jobs on the box used."""
 
     def __init__(self, path: str | os.PathLike, root_pid: int | None, *, interval_s: float = INTERVAL_S,
-                 nvml: Nvml | None = None, proc: str | os.PathLike = "/proc", clock: Callable[[], float] = time.time):
+                 nvml: Nvml | None = None, proc: str | os.PathLike = "/proc", clock: Callable[[], float] = time.time,
+                 suite_pid: int | None = None):
         self.path = Path(path)
         self.interval_s = interval_s
         self.nvml = nvml
         self.tree = ProcessTree(root_pid, proc) if root_pid is not None and Path(proc).is_dir() else None
         self.host = HostCpu(proc) if (Path(proc) / "stat").is_file() else None
+        self.suite = ProcessTree(suite_pid, proc) if suite_pid is not None and self.host is not None else None
+        self.cpus = os.cpu_count() or 1
         self.clock = clock
         self.samples = 0
         self.errors: list[str] = []
@@ -213,6 +226,10 @@ class Telemetry:
             rows = self.nvml.read(t) if self.nvml is not None else []
             proc = self.tree.read(t) if self.tree is not None else None
             host = self.host.read(t) if self.host is not None else None
+            if host is not None and self.suite is not None:
+                suite = self.suite.read(t)
+                host = replace(host, other_cpu_pct=other_cpu_pct(host.host_cpu_pct, self.cpus,
+                                                                 None if suite is None else suite.cpu_pct))
             for row in rows + [x for x in (proc, host) if x is not None]:
                 self._writer.write(row.to_dict())
                 self.samples += 1

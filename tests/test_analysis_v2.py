@@ -640,3 +640,29 @@ def test_a_failure_keeps_only_the_claim_it_can_strengthen():
     assert dec["kind"] == "failed" and dec["levels"]["8"]["kind"] == "slower"
     assert dec["text"].startswith("B failed at c=8 in 1 of 5 rounds (B slower there in the rounds where both worked)")
     assert dec["levels"]["8"]["ci_decision"][1] < 1.0
+
+
+def test_a_measure_window_beside_other_jobs_is_warned_about(tmp_path):
+    """Other jobs on the box (the host line's other_cpu_pct: CPU outside the suite's process tree) in a measure window:
+    the report names the window, since a difference there may be theirs."""
+    run = sr.fresh(tmp_path / "r", rounds=2, aa_rounds=0)
+    summary, _ = summarize(run)
+    assert not any("other jobs on the host" in w for w in summary["warnings"])
+    assert all("other_cpu_pct" not in lv["telemetry"] for b in summary["blocks"] for lv in b["levels"].values()
+               if lv.get("telemetry"))  # never sampled: left out, not null
+    blk = next(p for p in sorted((run / "blocks").iterdir()))
+    lv = json.loads((blk / "block.json").read_text())["levels"][0]
+    t0, t1 = (next(c["t"] for c in map(json.loads, (blk / "counters.jsonl").read_text().splitlines())
+                   if c.get("kind") == "snapshot" and c.get("edge") == edge and c["concurrency"] == lv)
+              for edge in ("start", "end"))
+    with (blk / "telemetry.jsonl").open("a") as f:
+        for i, pct in enumerate((30.0, 50.0)):
+            f.write(json.dumps(rec.TelemetrySample(t=t0 + (i + 1) * (t1 - t0) / 3, source="host", host_cpu_pct=60.0,
+                                                   other_cpu_pct=pct).to_dict()) + "\n")
+    summary, _ = summarize(run)
+    row = next(b for b in summary["blocks"] if b["block_id"] == blk.name)["levels"][str(lv)]["telemetry"]
+    assert row["other_cpu_pct"] == 40.0
+    warn = [w for w in summary["warnings"] if "other jobs on the host" in w]
+    assert warn == [f"other jobs on the host (processes outside the suite's own) used at least 20 % of a core in 1 "
+                    f"measure window(s) ({blk.name} c={lv}: 40 %): a difference between those windows may be theirs; "
+                    "run with the host to itself"]

@@ -207,8 +207,8 @@ def _asdict_form(record) -> dict:
     d = dataclasses.asdict(record)
     if isinstance(record, RequestRecord):
         return {"schema": d.pop("schema"), **d}
-    if isinstance(record, TelemetrySample):
-        return {"schema": TELEMETRY_SCHEMA, **d}
+    if isinstance(record, TelemetrySample):  # other_cpu_pct is written only where it was measured
+        return {"schema": TELEMETRY_SCHEMA, **{k: v for k, v in d.items() if k != "other_cpu_pct" or v is not None}}
     kind = next(k for k, cls in COUNTER_KINDS.items() if isinstance(record, cls))
     if kind == "delta":
         d["variants_moved"] = list(d["variants_moved"] or ())

@@ -81,6 +81,12 @@ def test_known_answers_are_recovered(tmp_path):
             assert math.isclose(e["realised_leave_out"][lv], 0.95, rel_tol=1e-6)
             assert math.isclose(e["ab"]["levels"][lv]["ratio"], 0.95, rel_tol=1e-6)
     assert math.isclose(res["pool_ratio"]["4"]["ratio"], 0.95, rel_tol=1e-6)
+    # decided on p50 latency instead (the sensitivity analysis): B's latency is 1/0.95 of A's, found the same way
+    p50 = res["sensitivity"]["e2e_p50"]
+    assert p50["ab_detect_4"] == [2, 2] and p50["ab_wrong_direction"] == [0, 2] and p50["aa_any_claim"] == [0, 2]
+    text = calibrate.render([pool], [res], ["x"])
+    assert "## The same experiments decided on another metric (sensitivity, in-sample)" in text
+    assert "| detection of the known effect, c=4 | 2/2 = 100 % [34, 100] | 2/2 = 100 % [34, 100] |" in text
 
 
 def test_a_biased_aa_pair_is_claimed(tmp_path):
@@ -202,3 +208,33 @@ def test_a_real_change_is_detected_in_the_direction_the_pool_shows():
     c = calibrate.counts(rows, ["8"], "faster")
     assert c["ab_detect_8"] == [2, 3] and c["ab_wrong_direction"] == [0, 3]
     assert calibrate.counts(rows, ["8"], "slower")["ab_wrong_direction"] == [2, 3]
+
+
+def host_delay_pool(delay_us=500.0, spc_a=0.0006, spc_b=0.0011, e2e_a=7.8, audio_s=5.04):
+    """The raw form of a real-server pool: one A/B round at c=2 whose windows' counters say what B's host delay
+    costs per call (the report's prediction reads those)."""
+    def win(arm, spc, pos):
+        lv = {"audio_throughput": 1.0, "e2e_p50": e2e_a, "seconds_per_call": spc, "stall_seconds_per_call": None,
+              "mean_batch": 1.95, "e2e_mean": e2e_a, "audio_s_mean": audio_s, "within_var": {}}
+        return {"block_id": f"00{pos}-r0-ab-{arm}", "round": 0, "kind": "ab", "arm": arm, "start": 0, "position": pos,
+                "status": "complete", "valid": True, "invalid_reason": None, "level_order": [2], "timing": {},
+                "levels": {"2": lv}}
+    return {"name": "real-pool", "design": "swap", "variants": {"A": "fixed", "B": "fixed"},
+            "backend": {"name": "vllm-cpu", "simulated": False, "version": "real vllm-omni 0.16.0 server on CPU"},
+            "settings": {"b_host_delay_us": delay_us, "executor": "uni", "b_sim_set": []},
+            "windows": [win("A", spc_a, 0), win("B", spc_b, 1)], "starts": []}
+
+
+def test_a_real_server_pool_predicts_its_known_answer_from_the_counters():
+    """B's host delay: the report's prediction (measured s per call x 15 calls per step x 12.5 steps per audio
+    second x audio per request, against A's mean latency), not the simulator's 1/(1+X)."""
+    pool = host_delay_pool()
+    saving = (0.0006 - 0.0011) * 15 * 5.04 * 12.5  # s per request (negative: B slower)
+    assert calibrate.predicted_ratio(pool, "2") == pytest.approx(7.8 / (7.8 - saving))
+    assert calibrate.expected_word(pool, ["2"]) == "slower"
+    assert not calibrate.is_simulated(pool)
+    text = calibrate.known_answer_text(pool)
+    assert "host delay of 500 us per build_attn_metadata call" in text and "1/(1+X" not in text
+    no_delay = {**pool, "settings": {**pool["settings"], "b_host_delay_us": None}}
+    assert calibrate.predicted_ratio(no_delay, "2") is None
+    assert calibrate.is_simulated({"settings": {}})  # a pool from before backends were recorded: the simulator

@@ -124,7 +124,7 @@ def test_sampler_writes_the_contract_and_never_raises(tmp_path, caplog):
     rows, notes = records.read_jsonl(out, records.TELEMETRY_SCHEMA)
     assert not notes and len(rows) >= 2 * 4  # a sample at the start and at the stop: 2 GPUs, this process, the host
     assert {r["source"] for r in rows} == {"nvml", "process", "host"}
-    assert set(rows[0]) == {"schema", *records.TelemetrySample.__dataclass_fields__}
+    assert set(rows[0]) | {"other_cpu_pct"} == {"schema", *records.TelemetrySample.__dataclass_fields__}
     assert any(r["rss_mib"] and r["rss_mib"] > 1 for r in rows if r["source"] == "process")
 
     class Exploding(Nvml):
@@ -181,3 +181,35 @@ def test_telemetry_reads_the_containers_gpu_only_and_the_report_sees_its_utilisa
     all8 = Nvml.open(EightGpus(), spec="all")
     assert len(all8.read(0.0)) == 8
     assert Nvml.open(EightGpus(), spec="device=9") is None  # a GPU the host does not have: no GPU telemetry
+
+
+def test_other_jobs_cpu_is_the_hosts_busy_cores_less_the_suites_tree(tmp_path):
+    """The host line says what the rest of the box used: on 2 CPUs at 80 % busy (1.6 cores) with the suite's tree
+    (runner, Locust, the server it started) at 100 % of a core, other jobs used 60 % of a core."""
+    from loadtest.telemetry import other_cpu_pct
+
+    assert other_cpu_pct(80.0, 2, 100.0) == pytest.approx(60.0)
+    assert other_cpu_pct(40.0, 2, 100.0) == 0.0  # read a moment apart: never below 0
+    assert other_cpu_pct(None, 2, 100.0) is None and other_cpu_pct(80.0, 2, None) is None
+    proc = tmp_path / "proc"
+    write_proc(proc, 10, 1, ticks=0, rss_pages=1)  # the suite: runner 10, its server 11
+    write_proc(proc, 11, 10, ticks=0, rss_pages=1)
+    write_proc(proc, 99, 1, ticks=0, rss_pages=1)  # another job
+    (proc / "stat").write_text("cpu  0 0 0 1000 0 0 0 0 0 0\n")
+    clock = iter([100.0, 101.0])
+    t = Telemetry(tmp_path / "t.jsonl", 11, proc=proc, clock=lambda: next(clock), suite_pid=10)
+    t.cpus = 2
+    t.sample_once()
+    ticks = t.suite.ticks
+    write_proc(proc, 11, 10, ticks=ticks, rss_pages=1)  # the server: one core-second in one second
+    write_proc(proc, 99, 1, ticks=ticks // 2, rss_pages=1)  # the other job: half a core
+    total = 2 * ticks  # two CPUs over one second, in jiffies at the same rate
+    busy = ticks + ticks // 2
+    (proc / "stat").write_text(f"cpu  {busy} 0 0 {1000 + total - busy} 0 0 0 0 0 0\n")
+    t.sample_once()
+    t._writer.close()
+    rows, _ = records.read_jsonl(tmp_path / "t.jsonl", records.TELEMETRY_SCHEMA)
+    host = [r for r in rows if r["source"] == "host"]
+    assert "other_cpu_pct" not in host[0] and host[1]["other_cpu_pct"] == pytest.approx(100.0 * (ticks // 2) / ticks)
+    no_suite = Telemetry(tmp_path / "u.jsonl", 11, proc=proc)  # a Docker server: not in the suite's tree
+    assert no_suite.suite is None

@@ -53,6 +53,8 @@ KEPT_METRICS = tuple(dict.fromkeys(  # the primary decides; requests/s beside it
 CONFIDENCE = 0.95
 MARGIN_PCT = 1.0
 # per window and level, beside the metrics: what ttsreport.prediction needs to predict the known answer's ratio
+# the same experiments decided on these metrics too, beside the primary (in-sample: see sensitivity)
+SENSITIVITY_METRICS = ("e2e_p50",)
 PREDICTION_KEYS = ("seconds_per_call", "stall_seconds_per_call", "mean_batch", "e2e_mean", "audio_s_mean")
 LOADAVG_FILE = "loadavg.json"  # optional, written beside a pool run by whoever ran it: {"start": "...", "end": "..."}
 
@@ -191,21 +193,22 @@ def partition(pool: dict, k: int, k_aa: int | None = None) -> list[dict]:
              "aa": aa_chunks[i] if i < len(aa_chunks) else []} for i in range(n)]
 
 
-def decide(pool: dict, rounds: list[int], kind: str, levels: list[str]) -> dict | None:
-    """The suite's comparison of one experiment (primary metric): per level the decision after Holm, the ratio, the
-    95 % interval and the TOST interval; None when the experiment has no rounds of that kind."""
+def decide(pool: dict, rounds: list[int], kind: str, levels: list[str], metric: str = PRIMARY_METRIC) -> dict | None:
+    """The suite's comparison of one experiment, `metric` deciding (the primary metric unless a sensitivity analysis
+    asks for another): per level the decision after Holm, the ratio, the 95 % interval and the TOST interval; None
+    when the experiment has no rounds of that kind."""
     if not rounds:
         return None
     summ = summaries_of(pool, set(rounds), as_ab=kind == "aa")
     design = "fresh" if kind == "aa" else pool["design"]  # an A/A round is its own unit (see partition)
     comp = compare(summ, levels, design=design, margin_pct=MARGIN_PCT, confidence=CONFIDENCE,
-                   metrics=(PRIMARY_METRIC,))
+                   metrics=(metric,), primary=metric)
     head = comp["headline"]
     if head is None:
         return None
     per = {}
     for lv in levels:
-        r = comp["per_level"][lv]["metrics"][PRIMARY_METRIC]
+        r = comp["per_level"][lv]["metrics"][metric]
         per[lv] = {"kind": head["levels"][lv]["kind"], "ratio": r["ratio"], "ci": r["ci"], "ci_tost": r["ci_tost"],
                    "n": r["n"], "p_holm": head["levels"][lv]["p_holm"]}
     return {"headline": head["kind"], "levels": per, "rounds": rounds}
@@ -341,10 +344,24 @@ def calibrate(pool: dict, k: int, k_aa: int | None = None) -> dict:
             exp_power[lv] = {"sd_unit": sd, "effect_log": eff, "holm_first": expected_power(eff, sd, k, alpha / len(levels)),
                              "unadjusted": expected_power(eff, sd, k, alpha)}
     summary["expected_power"] = exp_power
+    summary["sensitivity"] = {m: sensitivity(pool, exps, levels, m) for m in SENSITIVITY_METRICS}
     summary["assumptions"] = {lv: assumptions(pool, lv) for lv in levels}
     summary["noise"] = {lv: noise_structure(pool, lv, "throughput_rps") for lv in levels}
     summary["noise_audio"] = {lv: noise_structure(pool, lv, "audio_throughput") for lv in levels}
     return summary
+
+
+def sensitivity(pool: dict, exps: list[dict], levels: list[str], metric: str) -> dict:
+    """The counts of the same disjoint experiments decided on another metric (a sensitivity analysis: that metric was
+    looked at after the pool was seen, so its rates are in-sample)."""
+    rows = []
+    for i, e in enumerate(exps):
+        ab = decide(pool, e["ab"], "ab", levels, metric)
+        realised = ({lv: pooled_ratio(pool, lv, exclude=set(e["ab"]), metric=metric)["ratio"] for lv in levels}
+                    if ab else None)
+        rows.append({"experiment": i, "ab": ab, "aa": decide(pool, e["aa"], "aa", levels, metric),
+                     "realised_leave_out": realised})
+    return counts(rows, levels, expected_word(pool, levels))
 
 
 def counts(rows: list[dict], levels: list[str], expected: str = "slower") -> dict:
@@ -470,6 +487,26 @@ def exclude_rounds(pool: dict, spec: str, why: str) -> dict:
             "excluded": {"rounds": sorted(rounds), "why": why.strip()}}
 
 
+def sensitivity_lines(res: dict) -> list[str]:
+    """The headline rates again with each sensitivity metric deciding, beside the primary's."""
+    sens = res.get("sensitivity") or {}
+    if not sens:
+        return []
+    keys = [("aa_any_claim", "false claims at true 1, any level"),
+            *[(f"ab_detect_{lv}", f"detection of the known effect, c={lv}") for lv in res["levels"]],
+            ("ab_wrong_direction", "wrong direction, any level")]
+    head = " | ".join([METRICS[PRIMARY_METRIC].label + " (primary)"] + [METRICS[m].label for m in sens])
+    lines = ["## The same experiments decided on another metric (sensitivity, in-sample)", "",
+             "The primary metric was fixed before this pool ran; the metric(s) beside it were looked at after the pool "
+             "was seen, so their rates are in-sample: a reason to pre-register a different primary metric for the "
+             "next pool, not a calibration of it.", "", f"| quantity | {head} |",
+             "|---|" + "---|" * (1 + len(sens))]
+    for key, label in keys:
+        lines.append(f"| {label} | {rate(res['counts'].get(key))} | "
+                     + " | ".join(rate(c.get(key)) for c in sens.values()) + " |")
+    return lines + [""]
+
+
 def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
     """verdicts.md from the pools and their calibrate() results (the first pool is the headline)."""
     pool, res = pools[0], results[0]
@@ -491,11 +528,15 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         "synthetic data only (reports/bench/verdicts-synthetic.md: thousands of experiments per cell, which is where "
         "its error rates are known precisely); it was **not tuned on this pool**. This pool checks that the rule "
         "behaves on real windows as on synthetic ones, with the precision its few disjoint experiments allow.", "",
-        "**What is in sample.** The rule's thresholds were not tuned on these pools, but the primary metric "
-        f"({METRICS[PRIMARY_METRIC].label}) was chosen partly on the `cal-nested` pool (docs/method.md, section 4): "
-        "where that pool appears below, its rates are in-sample; the expected detection beside each rate is computed "
-        "from the same "
-        "pool's spread (an in-sample reference, not a prediction). The first pool is the headline: when its design "
+        ("**What is in sample.** The rule's thresholds were not tuned on these pools, but the primary metric "
+         f"({METRICS[PRIMARY_METRIC].label}) was chosen partly on the `cal-nested` pool (docs/method.md, section 4): "
+         "where that pool appears below, its rates are in-sample; the expected detection beside each rate is computed "
+         "from the same pool's spread (an in-sample reference, not a prediction)." if sim else
+         "**What is in sample.** Nothing of the rule, its thresholds or its primary metric "
+         f"({METRICS[PRIMARY_METRIC].label}) was chosen on this pool; the expected detection beside each rate is "
+         "computed from the same pool's spread (an in-sample reference, not a prediction), and so is the "
+         "sensitivity table below.")
+        + " The first pool is the headline: when its design "
         "is swap, every window shares one server start and its verdicts hold for that start only (a report says "
         "\"faster in this server start\"); start-to-start variance is in the intervals of the nested and fresh "
         "pools only.", "",
@@ -517,7 +558,7 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
         "is the synthetic benchmark's job.", "",
         "## Realised effect (whole pool)", "",
         f"| level | {METRICS[PRIMARY_METRIC].label} B/A (A/B rounds, 95 % CI over {unit}) | "
-        + ("nominal 1/(1+X)" if _x_pct(pool) is not None else "predicted (counters)") + " | "
+        + ("nominal 1/(1+X)" if _x_pct(pool) is not None else "predicted (counters)" if _host_delay_us(pool) else "predicted") + " | "
         f"A/A {METRICS[PRIMARY_METRIC].label} ratio | "
         "p50 latency B/A | units |", "|---|---|---|---|---|---|",
     ]
@@ -566,7 +607,11 @@ def render(pools: list[dict], results: list[dict], commands: list[str]) -> str:
                      "not counted.")
     lines += ["", "Expected detection: the exact power of the t test (noncentral t) for k units at the pool's own "
               "per-unit spread and realised effect, at alpha/2 (Holm's first step over 2 levels) and at alpha; it is "
-              "a reference computed on the same data, not an independent prediction.", ""]
+              "a reference computed on the same data, not an independent prediction.", ""] if len(levels) > 1 else [
+        "", "Expected detection: the exact power of the t test (noncentral t) for k units at the pool's own per-unit "
+        "spread and realised effect, at alpha (one level: Holm is the plain test); it is a reference computed on the "
+        "same data, not an independent prediction.", ""]
+    lines += sensitivity_lines(res)
     lines += assumptions_lines(res)
     lines += ["## Every experiment", "", "| # | units | A/A: per level (ratio [95 % CI] → decision) | "
               "A/B: per level (ratio [95 % CI] → decision; realised ratio left out) |", "|---|---|---|---|"]

@@ -273,9 +273,15 @@ class TelemetrySample:
     cpu_pct: float | None = None
     rss_mib: float | None = None
     host_cpu_pct: float | None = None
+    # source "host": CPU of the processes outside the suite's own tree (the runner, its Locust processes and a server
+    # it started), % of one core: other jobs on the box. None where the server runs outside that tree (Docker).
+    other_cpu_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": TELEMETRY_SCHEMA, **_flat(self)}
+        d = {"schema": TELEMETRY_SCHEMA, **_flat(self)}
+        if d["other_cpu_pct"] is None:  # written where measured: lines of earlier writers stay as they were
+            del d["other_cpu_pct"]
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> TelemetrySample:

@@ -31,6 +31,7 @@ from . import rounds as rd
 from .blocks import (
     METRICS,
     PRIMARY_METRIC,
+    SAMPLED_SINCE,
     TELEMETRY_FIELDS,
     VERDICT_METRICS,
     block_summary,
@@ -172,7 +173,8 @@ def _telemetry(blocks: list[dict], levels: list[str]) -> dict:
                 continue
             for w in ws:
                 sources.update(w.get("sources") or [])
-            out[arm][lv] = {k: mean_or_none([w.get(k) for w in ws]) for k in TELEMETRY_FIELDS}
+            means = {k: mean_or_none([w.get(k) for w in ws]) for k in TELEMETRY_FIELDS}
+            out[arm][lv] = {k: v for k, v in means.items() if v is not None or k not in SAMPLED_SINCE}
             out[arm][lv]["windows"] = len(ws)
             out["available"] = True
     out["sources"] = sorted(sources)
@@ -271,6 +273,20 @@ def _starts(starts: dict) -> list[dict]:
 
 LATE_TOLERANCE_S = 0.5  # an earlier level's request ending this far into a measure window is not worth a warning
 HOST_BUSY_PCT = 90.0  # a measure window whose host CPUs were this busy on average ran on a saturated host
+# other jobs on the box (outside the suite's process tree) using this share of one core on average in a measure window:
+# on the 2-core development machine, unit tests beside a real CPU server moved an A/A pair by 27 % (docs/real-cpu-server.md)
+OTHER_CPU_PCT = 20.0
+
+
+def _telemetry_at_least(summaries: list[dict], levels: list[str], key: str, floor: float) -> list[tuple]:
+    """(window, level, mean) of every measure window whose telemetry `key` averaged `floor` or more."""
+    out = []
+    for b in summaries:
+        for lv in levels:
+            pct = ((b["levels"].get(lv) or {}).get("telemetry") or {}).get(key)
+            if pct is not None and pct >= floor:
+                out.append((b["block_id"], lv, pct))
+    return out
 
 
 def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
@@ -326,17 +342,19 @@ def _warnings(run: dict, summaries: list[dict], levels: list[str]) -> list[str]:
                    f"into its measure window (up to {max(n for n, _ in rows)} requests, in {len(rows)} window(s)): "
                    "the level was measured under extra load; lengthen its warm-up past the preceding level's "
                    "request lifetime")
-    busy = []
-    for b in summaries:
-        for lv in levels:
-            pct = ((b["levels"].get(lv) or {}).get("telemetry") or {}).get("host_cpu_pct")
-            if pct is not None and pct >= HOST_BUSY_PCT:
-                busy.append((b["block_id"], lv, pct))
+    busy = _telemetry_at_least(summaries, levels, "host_cpu_pct", HOST_BUSY_PCT)
     if busy:  # the load generator (and a CPU-bound server) waited for a core: their timings include the wait
         out.append(f"the host's CPUs were at least {HOST_BUSY_PCT:.0f} % busy in {len(busy)} measure window(s) ("
                    + ", ".join(f"{bid} c={lv}: {pct:.0f} %" for bid, lv, pct in busy[:4])
                    + (", ..." if len(busy) > 4 else "") + "): timings there include waiting for a CPU; keep other "
                    "jobs off the load generator's host")
+    other = _telemetry_at_least(summaries, levels, "other_cpu_pct", OTHER_CPU_PCT)
+    if other:
+        out.append(f"other jobs on the host (processes outside the suite's own) used at least {OTHER_CPU_PCT:.0f} % of "
+                   f"a core in {len(other)} measure window(s) ("
+                   + ", ".join(f"{bid} c={lv}: {pct:.0f} %" for bid, lv, pct in other[:4])
+                   + (", ..." if len(other) > 4 else "") + "): a difference between those windows may be theirs; "
+                   "run with the host to itself")
     spanning = sum(b["spanning"].get("measure", b["spanning"]["left_out"]) for b in summaries)
     if spanning:  # a switch lands in a window's first count phase: only measure-phase requests matter here
         out.append(f"{spanning} measure-phase request(s) spanned a variant switch and were left out of the window "

@@ -23,7 +23,9 @@ from ttsreport import omni_metrics
 WITHIN_RESAMPLES = 200  # bootstrap resamples over a window's requests for the sampling variance of a percentile
 QUANTILE_METRICS = {"e2e_p50": ("e2e_s", 50), "e2e_p90": ("e2e_s", 90), "e2e_p99": ("e2e_s", 99),
                     "ttfa_p50": ("ttfa_s", 50), "rtf_p50": ("rtf", 50), "stream_rtf_p50": ("stream_rtf", 50)}
-TELEMETRY_FIELDS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "power_w", "cpu_pct", "rss_mib", "host_cpu_pct")
+TELEMETRY_FIELDS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "power_w", "cpu_pct", "rss_mib", "host_cpu_pct",
+                    "other_cpu_pct")
+SAMPLED_SINCE = {"other_cpu_pct"}  # fields older runs never sampled: left out of their summaries, not written as null
 SUMMED_OVER_GPUS = ("mem_used_mib", "power_w")  # per-GPU values that add up; utilisation and clock are averaged
 
 OUTLIVED_TOLERANCE_S = 0.5  # scheduling slack between a phase's end and the next level's first request
@@ -323,6 +325,8 @@ def telemetry_window(samples: list[dict], edges: tuple[float, float] | None) -> 
             if s.get(name) is not None:
                 per_gpu.setdefault(s.get("gpu"), []).append(float(s[name]))
         means = [float(np.mean(v)) for v in per_gpu.values()]
+        if not means and name in SAMPLED_SINCE:
+            continue
         out[name] = _f(sum(means) if name in SUMMED_OVER_GPUS else np.mean(means)) if means else None
     # the runner samples the server container's GPU(s) only (loadtest.telemetry.container_gpus): say which
     out["gpu_indices"] = sorted({s.get("gpu") for s in inside if s.get("gpu") is not None}, key=str)
