@@ -317,8 +317,8 @@ class Runner:
             meta.ended = utc()
             rec.write_json(bdir / "block.json", meta.to_dict())
             start_cost = sum(meta.timing.get(k) or 0.0 for k in ("ready_s", "stop_s"))
-            if start_cost:
-                self.start_cost_s = start_cost if "ready_s" in meta.timing else self.start_cost_s
+            if start_cost and "ready_s" in meta.timing:  # the window that began a start: its ready (+ stop)
+                self.start_cost_s = start_cost
             self.overhead_s = max(5.0, time.monotonic() - t0 - self.window_s - start_cost)
             self.rounds_done = self._rounds_done()
         return meta.to_dict()

@@ -52,23 +52,37 @@ def _lines(path: Path, schema: str, parse, notes: list[str]) -> tuple:
     return tuple(out)
 
 
-def _json(path: Path, what) -> object | None:
+def read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
+    """A JSON record file whose schema must be one of `known` (a missing schema field reads as the first); None when
+    the file does not exist. Not JSON, or another schema: one ValueError naming the file."""
     try:
         obj = rec.read_json(path)
-    except ValueError as e:
+    except ValueError as e:  # json.JSONDecodeError
         raise ValueError(f"{path}: not JSON ({e})") from None
     if obj is None:
         return None
+    if obj.get("schema", known[0]) not in known:
+        raise ValueError(f"{path}: unknown schema {obj.get('schema')!r} (this reader knows "
+                         f"{' or '.join(repr(k) for k in known)})")
+    return obj
+
+
+def _json(path: Path, known: tuple[str, ...], cls) -> object | None:
+    """A record file read into its type (None when absent); a missing field is one ValueError naming the file."""
+    obj = read_json_checked(path, known)
     try:
-        return what(obj)
+        return None if obj is None else cls.from_dict(obj)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+BLOCK_SCHEMAS = (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA])
 
 
 def read_window(bdir: str | Path, notes: list[str] | None = None) -> Window | None:
     """One window folder as a Window; None when it has no block.json (the window never started)."""
     bdir, notes = Path(bdir), [] if notes is None else notes
-    meta = _json(bdir / "block.json", _block)
+    meta = _json(bdir / "block.json", BLOCK_SCHEMAS, rec.BlockRecord)
     if meta is None:
         return None
     return Window(meta=meta,
@@ -82,28 +96,15 @@ def read_blocks(run_dir: str | Path) -> list[rec.BlockRecord]:
     """Every window's block.json of a run folder, in block order, without its record files (what a live view needs;
     windows that never started left out)."""
     bdir = Path(run_dir) / "blocks"
-    metas = (_json(p / "block.json", _block) for p in sorted(bdir.iterdir()) if p.is_dir()) if bdir.is_dir() else ()
+    metas = (_json(p / "block.json", BLOCK_SCHEMAS, rec.BlockRecord) for p in sorted(bdir.iterdir()) if p.is_dir()) if bdir.is_dir() else ()
     return [m for m in metas if m is not None]
 
 
 def read_starts(run_dir: str | Path) -> dict[int, rec.StartRecord]:
     """Every server start's start.json of a run folder, by start number."""
     sdirs = sorted((Path(run_dir) / "starts").iterdir()) if (Path(run_dir) / "starts").is_dir() else ()
-    starts = (_json(d / "start.json", _start) for d in sdirs if d.is_dir())
+    starts = (_json(d / "start.json", (rec.START_SCHEMA,), rec.StartRecord) for d in sdirs if d.is_dir())
     return {s.start: s for s in starts if s is not None}
-
-
-def _block(obj: dict) -> rec.BlockRecord:
-    known = (rec.BLOCK_SCHEMA, *rec.LEGACY[rec.BLOCK_SCHEMA])
-    if obj.get("schema", known[0]) not in known:
-        raise ValueError(f"unknown schema {obj.get('schema')!r} (this reader knows {' or '.join(map(repr, known))})")
-    return rec.BlockRecord.from_dict(obj)
-
-
-def _start(obj: dict) -> rec.StartRecord:
-    if obj.get("schema") != rec.START_SCHEMA:
-        raise ValueError(f"unknown schema {obj.get('schema')!r} (this reader knows {rec.START_SCHEMA!r})")
-    return rec.StartRecord.from_dict(obj)
 
 
 def load_run(run_dir: str | Path) -> RunFolder:

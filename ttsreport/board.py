@@ -17,7 +17,7 @@ from ttsrecords import records as rec
 from ttsrecords.loadrun import NOT_REPORTED, read_load_manifest
 from ttsrecords.manifest import read_manifest
 from ttsrecords.progress import read_progress
-from ttsrecords.runfolder import read_blocks
+from ttsrecords.runfolder import read_blocks, read_json_checked
 from ttsrecords.runsettings import LOOK_LOG
 from ttsrecords.windows import manifest_windows
 
@@ -25,7 +25,6 @@ from . import page
 from . import report as rep
 from . import rounds as rd
 from .looks import decision_ci
-from .runfolder import read_json_checked
 
 KINDS = ("A/B", "Locust", "preflight", "benchmark")
 # a backend name as a run records it (manifest backend.name, preflight backend) -> (filter key, words)

@@ -15,20 +15,7 @@ import yaml
 from ttsrecords import records as rec
 from ttsrecords import runfolder as typed
 from ttsrecords.manifest import AB_MANIFESTS, read_manifest
-
-
-def read_json_checked(path: Path, known: tuple[str, ...]) -> dict | None:
-    """A JSON record file whose schema must be one of `known` (a missing schema field reads as the first)."""
-    try:
-        obj = rec.read_json(path)
-    except ValueError as e:  # json.JSONDecodeError
-        raise ValueError(f"{path}: not JSON ({e})") from None
-    if obj is None:
-        return None
-    if obj.get("schema", known[0]) not in known:
-        raise ValueError(f"{path}: unknown schema {obj.get('schema')!r} (this reader knows "
-                         f"{' or '.join(repr(k) for k in known)})")
-    return obj
+from ttsrecords.runfolder import read_json_checked
 
 
 def _jsonl(path: Path, schema: str, notes: list[str]) -> list[dict]:
